@@ -118,12 +118,8 @@ class AdaptedModel:
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore a snapshot taken by :meth:`trainable_state`."""
         if self.is_peft:
-            result = set_peft_model_state_dict(self.model, state)
-            if result.unexpected_keys:
-                raise IncompatibleAdapterError(
-                    f"snapshot keys not used by the model: {sorted(result.unexpected_keys)[:5]}",
-                    field=sorted(result.unexpected_keys)[0],
-                )
+            assert isinstance(self.model, PeftModel)
+            load_peft_state_strictly(self.model, state, "snapshot")
             return
         parameters = dict(self.model.named_parameters())
         with torch.no_grad():
@@ -237,26 +233,56 @@ def attach_adapter(base: LoadedBase, info: AdapterInfo, *, trainable: bool) -> A
         return _attach_full_delta(base, info, trainable=trainable)
     config = PeftConfig.from_pretrained(str(info.path))
     config.inference_mode = not trainable
-    model = get_peft_model(base.model, config)
-    weights = load_adapter_weights(info)
     try:
-        result = set_peft_model_state_dict(model, weights)
-    except RuntimeError as error:
-        raise IncompatibleAdapterError(f"adapter tensors do not fit the base: {error}") from error
-    if result.unexpected_keys:
-        unused = sorted(result.unexpected_keys)
+        model = get_peft_model(base.model, config)
+    except ValueError as error:  # PEFT: "Target modules ... not found in the base model"
         raise IncompatibleAdapterError(
-            f"{len(unused)} adapter tensors would be left unused, e.g. {unused[0]}", field=unused[0]
-        )
-    missing = [key for key in result.missing_keys if "lora_" in key or "ia3_" in key or "prompt" in key]
-    if missing:
-        raise IncompatibleAdapterError(
-            f"{len(missing)} adapter tensors are missing from the file, e.g. {missing[0]}", field=missing[0]
-        )
+            f"the adapter's target modules do not fit the base: {error}", field="target_modules"
+        ) from error
+    load_peft_state_strictly(model, load_adapter_weights(info), "adapter")
     if not trainable:
         for parameter in model.parameters():
             parameter.requires_grad_(False)
     return AdaptedModel(base=base, model=model, peft_type=info.peft_type, label2id=info.label2id)
+
+
+_ADAPTER_KEY_MARKERS = ("lora_", "ia3_", "prompt", "modules_to_save")
+
+
+def load_peft_state_strictly(model: PeftModel, state: dict[str, torch.Tensor], what: str) -> None:
+    """Load adapter tensors into a PEFT model; unused or missing adapter tensors are errors.
+
+    PEFT's own loader returns ``_IncompatibleKeys`` instead of raising. Prompt-learning
+    embeddings are loaded by PEFT apart from the module state (they always show up as
+    "unexpected" there), so they are checked by name instead. A missing ``modules_to_save``
+    tensor (a trained classifier head) is an error too: a random head must never silently
+    replace a trained one.
+    """
+    prompt_learning = model.peft_config[model.active_adapter].is_prompt_learning
+    if prompt_learning and "prompt_embeddings" not in state:
+        raise IncompatibleAdapterError(f"the {what} lacks the prompt_embeddings tensor", field="prompt_embeddings")
+    try:
+        result = set_peft_model_state_dict(model, state)
+    except KeyError as error:  # PEFT looks up modules_to_save tensors (e.g. a trained head) by name
+        key = str(error.args[0]) if error.args else "?"
+        raise IncompatibleAdapterError(f"the {what} lacks the tensor {key} (missing from the file)", field=key) from error
+    except RuntimeError as error:
+        raise IncompatibleAdapterError(f"{what} tensors do not fit the base: {error}") from error
+    unused = sorted(set(result.unexpected_keys) - ({"prompt_embeddings"} if prompt_learning else set()))
+    if unused:
+        raise IncompatibleAdapterError(
+            f"{len(unused)} {what} tensors would be left unused, e.g. {unused[0]}", field=unused[0]
+        )
+    missing = [
+        key
+        for key in result.missing_keys
+        if any(marker in key for marker in _ADAPTER_KEY_MARKERS)
+        and not (prompt_learning and key.startswith("prompt_encoder."))
+    ]
+    if missing:
+        raise IncompatibleAdapterError(
+            f"{len(missing)} {what} tensors are missing from the file, e.g. {missing[0]}", field=missing[0]
+        )
 
 
 def _attach_full_delta(base: LoadedBase, info: AdapterInfo, *, trainable: bool) -> AdaptedModel:

@@ -33,6 +33,9 @@ LABELS_NAME = "label2id.json"
 DELTA_WEIGHTS_NAME = "delta.safetensors"
 HEAD_WEIGHTS_NAME = "head.safetensors"
 PROVENANCE_NAME = "recycling.json"
+RUN_REPORT_NAME = "report.json"
+"""The report of the run that wrote an adapter: it records the adapter's fingerprint, so it is
+not part of the adapter (and not of its manifest)."""
 FULL_DELTA = "FULL_DELTA"
 FULL_CHECKPOINT = "FULL_CHECKPOINT"
 SUPPORTED_PEFT_TYPES = {"LORA", "IA3", "PROMPT_TUNING", FULL_DELTA, FULL_CHECKPOINT}
@@ -76,6 +79,11 @@ def adapter_module_name(key: str) -> str:
     if name.startswith("prompt_embeddings") or name == "prompt_embeddings":
         return "prompt_encoder"
     return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def adapter_manifest(directory: str | Path) -> dict[str, str]:
+    """sha256 manifest of an adapter directory's files, without the run report beside them."""
+    return {k: v for k, v in file_manifest(directory).items() if k != RUN_REPORT_NAME}
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -163,7 +171,7 @@ def inspect_adapter_dir(path: str | Path) -> AdapterInfo:
     label2id = read_label2id(directory)
     if label2id is None and peft_type == FULL_CHECKPOINT and isinstance(config.get("label2id"), dict):
         label2id = {str(k): int(v) for k, v in config["label2id"].items()}
-    manifest = file_manifest(directory)
+    manifest = adapter_manifest(directory)
     return AdapterInfo(
         path=directory,
         peft_type=peft_type,

@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from recycling_core.adapters import (
+    ADAPTER_CONFIG_NAME,
     FULL_CHECKPOINT,
     FULL_DELTA,
     PROVENANCE_NAME,
@@ -137,6 +138,7 @@ def check_compatibility(
 
     num_labels = len(adapter.labels or labels or ()) or 2
     modules = dict(_meta_model(base, num_labels).named_modules())
+    _check_config_targets(adapter, modules)
     checked = _check_tensor_shapes(adapter, modules, base)
     checks.append("modules")
     return CompatibilityCheck(
@@ -146,6 +148,24 @@ def check_compatibility(
         modules_checked=checked,
         checks=checks,
     )
+
+
+def _check_config_targets(adapter: AdapterInfo, modules: dict[str, torch.nn.Module]) -> None:
+    """A ``target_modules`` list in adapter_config.json must match some module of the base.
+
+    PEFT matches each entry against module names exactly or as a dotted suffix and fails to
+    load when no entry matches; entries that match nothing beside others that do are ignored
+    by PEFT, as here. (A string is a regular expression resolved by PEFT itself.)
+    """
+    targets = adapter.config.get("target_modules")
+    if adapter.is_full or not isinstance(targets, list) or not targets:
+        return
+    names = [name for name in modules if name]
+    if not any(name == t or name.endswith("." + t) for t in targets for name in names):
+        raise IncompatibleAdapterError(
+            f"target modules {targets} of {ADAPTER_CONFIG_NAME} match no module of the base model",
+            field="target_modules",
+        )
 
 
 def _check_tensor_shapes(adapter: AdapterInfo, modules: dict[str, torch.nn.Module], base: ModelInfo) -> int:

@@ -26,14 +26,16 @@ from recycling_core.adaptation import (
 from recycling_core.adapters import (
     FULL_CHECKPOINT,
     FULL_DELTA,
+    RUN_REPORT_NAME,
     TRAINABLE_PEFT_NAMES,
     AdapterInfo,
+    adapter_manifest,
     inspect_adapter_dir,
 )
 from recycling_core.compat import check_compatibility
 from recycling_core.data import TaskData, few_shot_sample, load_task
 from recycling_core.errors import ConfigError, DatasetError
-from recycling_core.files import file_manifest, manifest_digest
+from recycling_core.files import manifest_digest
 from recycling_core.methods import get_method
 from recycling_core.metrics import (
     AttentionSimilarityAccumulator,
@@ -53,7 +55,7 @@ from recycling_core.reports import Fingerprint, Metrics, Report, TaskScore, Weig
 from recycling_core.tasking import Batch, EvalResult, Feature, TaskFormat, autocast_context, evaluate
 from recycling_core.training import Progress, RunHooks, Trainer, TrainingConfig, resolve_device
 
-REPORT_NAME = "report.json"
+REPORT_NAME = RUN_REPORT_NAME
 
 
 # ---------------------------------------------------------------------------- shared pieces
@@ -215,7 +217,7 @@ def train_adapter(request: TrainRequest, hooks: RunHooks | None = None) -> Repor
     out_dir = Path(request.out_dir)
     adapted.save(out_dir, provenance={"method": "train", "task": task.name})
     meter.add_tokens(result.cost.tokens + test.tokens)
-    stored = file_manifest(out_dir)
+    stored = adapter_manifest(out_dir)
     report = _new_report(
         "train",
         config,
@@ -488,7 +490,7 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
         cost=meter.stop(),
         output={
             "adapter_dir": str(out_dir),
-            "adapter_fingerprint": manifest_digest(file_manifest(out_dir)),
+            "adapter_fingerprint": manifest_digest(adapter_manifest(out_dir)),
             "few_shot": request.few_shot,
             "train_examples": len(task.train),
         },

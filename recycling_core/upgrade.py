@@ -9,6 +9,7 @@ held-out LM loss before and after on the corpus and on any extra evaluation corp
 
 from __future__ import annotations
 
+import gzip
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -68,10 +69,14 @@ class UpgradeRequest:
 
 
 def read_corpus_lines(path: Path) -> list[str]:
-    """Non-empty lines of a UTF-8 text corpus."""
+    """Non-empty lines of a UTF-8 text corpus (plain or gzip-compressed ``.gz``)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        if Path(path).suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, EOFError) as error:
         raise DatasetError(f"cannot read corpus {path}: {error}", field="corpus") from error
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
