@@ -73,6 +73,17 @@ def main() -> None:
 
     def log(message: str) -> None:
         print(f"[{time.time() - started:7.1f}s] {message}", flush=True)
+        write_results(complete=False)
+
+    def write_results(complete: bool) -> None:
+        summary = {
+            "complete": complete,
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "machine": platform.platform(),
+            "wall_seconds": time.time() - started,
+            "reports": {name: report.model_dump(mode="json") for name, report in reports.items()},
+        }
+        (out / "results.json").write_text(json.dumps(summary, indent=2))
 
     m1 = out / "m1"
     reports["upgrade"] = simulate_upgrade(
@@ -146,15 +157,8 @@ def main() -> None:
     )
     log(f"similarity: mean {reports['similarity'].metrics.similarity.mean:.4f} chance {reports['similarity'].metrics.similarity.chance_level:.4f}")  # type: ignore[union-attr]
 
-    summary = {
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": platform.platform(),
-        "hardware": reports["a0"].hardware.model_dump() if reports["a0"].hardware else None,
-        "wall_seconds": time.time() - started,
-        "reports": {name: report.model_dump(mode="json") for name, report in reports.items()},
-    }
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
-    log(f"results written to {out / 'results.json'}")
+    write_results(complete=True)
+    print(f"results written to {out / 'results.json'}", flush=True)
 
 
 if __name__ == "__main__":

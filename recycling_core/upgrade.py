@@ -176,8 +176,9 @@ def carry_over_unused_weights(base_dir: Path, out_dir: Path, unused: list[str], 
     if not output_file.is_file():
         return  # sharded output: models large enough to shard carry no unused encoder parts
     saved = load_file(str(output_file))
+    checkpoint_is_bare = not any(name.startswith(prefix + ".") for name in base_tensors)
     for key in unused:
-        if not key.startswith(prefix + "."):
+        if not key.startswith(prefix + ".") and not checkpoint_is_bare:
             continue  # a head of another objective (e.g. next-sentence prediction): not ours to keep
         bare = key.removeprefix(prefix + ".")
         source = base_tensors.get(key, base_tensors.get(bare))
