@@ -1,0 +1,1 @@
+"""Adapter recycling service: registry, scheduling and access control around recycling_core."""

@@ -1,0 +1,1 @@
+"""API keys, roles (admin > platform > reader) and the dependencies that enforce them."""

@@ -1,0 +1,58 @@
+"""``require_reader`` / ``require_platform`` / ``require_admin``: who may call what.
+
+Credentials come from ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. A missing,
+unknown or revoked key is 401; a key whose role is too weak is 403. With
+``settings.auth_required`` off every call is allowed (embedded development only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from app.auth.service import ANONYMOUS_ADMIN, Principal, authenticate
+from app.db import Role
+from app.deps import SessionDep, SettingsDep
+from app.errors import Forbidden, Unauthorized
+
+_bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
+
+
+def current_principal(
+    session: SessionDep,
+    settings: SettingsDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    api_key: Annotated[str | None, Depends(_api_key_header)],
+) -> Principal:
+    """The caller, authenticated from its API key."""
+    if not settings.auth_required:
+        return ANONYMOUS_ADMIN
+    secret = bearer.credentials if bearer is not None else api_key
+    if not secret:
+        raise Unauthorized("an API key is required (Authorization: Bearer or X-API-Key)")
+    return authenticate(session, secret)
+
+
+def _require(role: Role) -> Callable[[Principal], Principal]:
+    def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+        if not principal.role.allows(role):
+            raise Forbidden(
+                f"this call needs the {role.value} role; the key has {principal.role.value}"
+            )
+        return principal
+
+    dependency.__name__ = f"require_{role.value}"
+    return dependency
+
+
+require_reader = _require(Role.READER)
+require_platform = _require(Role.PLATFORM)
+require_admin = _require(Role.ADMIN)
+
+ReaderDep = Annotated[Principal, Depends(require_reader)]
+PlatformDep = Annotated[Principal, Depends(require_platform)]
+AdminDep = Annotated[Principal, Depends(require_admin)]

@@ -1,0 +1,107 @@
+"""API keys: ``rk_<prefix>_<secret>``, stored as sha256, checked in constant time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from app.auth.repository import ApiKeyRepository
+from app.db import ApiKey, Role, utcnow
+from app.errors import BadRequest, Conflict, NotFound, Unauthorized
+from app.pagination import Paged, Pagination
+
+KEY_SCHEME = "rk"
+_PREFIX_BYTES = 6  # 12 hex characters: the public, indexed part of the key
+_SECRET_BYTES = 32
+LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
+"""last_used_at is rewritten at most this often, so reads do not all become writes."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key (None when auth is off) and its role."""
+
+    key_id: int | None
+    name: str
+    role: Role
+
+
+ANONYMOUS_ADMIN = Principal(key_id=None, name="anonymous (auth disabled)", role=Role.ADMIN)
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    secret: str
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _split_key(secret: str) -> str | None:
+    """The prefix of a well-formed key, else None."""
+    scheme, _, rest = secret.partition("_")
+    prefix, _, random_part = rest.partition("_")
+    if scheme != KEY_SCHEME or not prefix or not random_part:
+        return None
+    return prefix
+
+
+def create_key(session: Session, name: str, role: Role | str) -> CreatedKey:
+    """Create an API key; the returned secret is never stored and cannot be shown again."""
+    name = name.strip()
+    if not name:
+        raise BadRequest("a key needs a name")
+    prefix = secrets.token_hex(_PREFIX_BYTES)
+    secret = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(_SECRET_BYTES)}"
+    key = ApiKeyRepository(session).add(
+        ApiKey(name=name, prefix=prefix, secret_hash=hash_secret(secret), role=Role(role))
+    )
+    return CreatedKey(key=key, secret=secret)
+
+
+def authenticate(session: Session, secret: str) -> Principal:
+    """The principal of a presented key; Unauthorized for unknown, malformed or revoked keys."""
+    prefix = _split_key(secret)
+    key = ApiKeyRepository(session).get_by_prefix(prefix) if prefix else None
+    if key is None or not hmac.compare_digest(key.secret_hash, hash_secret(secret)):
+        raise Unauthorized("invalid API key", code="InvalidApiKey")
+    if key.revoked_at is not None:
+        raise Unauthorized("this API key was revoked", code="InvalidApiKey")
+    now = utcnow()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        key.last_used_at = now
+    return Principal(key_id=key.id, name=key.name, role=key.role)
+
+
+def list_keys(
+    session: Session, page: Pagination, *, include_revoked: bool = False
+) -> Paged[ApiKey]:
+    """Keys, oldest first."""
+    rows, total = ApiKeyRepository(session).list(page, include_revoked=include_revoked)
+    return Paged(rows, total, page)
+
+
+def revoke_key(session: Session, key_id: int) -> ApiKey:
+    """Revoke a key (idempotent); the last active admin key cannot be revoked."""
+    repository = ApiKeyRepository(session)
+    key = repository.get(key_id)
+    if key is None:
+        raise NotFound(f"API key {key_id} does not exist")
+    if key.revoked_at is not None:
+        return key
+    if key.role == Role.ADMIN and repository.count_active_admins() <= 1:
+        raise Conflict("cannot revoke the last active admin key", code="LastAdminKey")
+    key.revoked_at = utcnow()
+    return key
+
+
+def has_active_admin(session: Session) -> bool:
+    """Whether any admin key is still valid (the first-start bootstrap checks this)."""
+    return ApiKeyRepository(session).count_active_admins() > 0

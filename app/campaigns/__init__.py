@@ -1,0 +1,1 @@
+"""Recycling policies and campaigns: automatic recycling of adapters on model upgrades."""

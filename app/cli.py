@@ -1,0 +1,201 @@
+"""The ``recycle`` program: the library's commands plus the service's (serve, worker, keys, demo)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from recycling_core.cli import app, err_console
+
+ADMIN_KEY_FILE = "admin-key"
+
+DataDir = Annotated[
+    Optional[Path],
+    typer.Option(help="Where the embedded registry, broker file and artifacts live (RECYCLE_DATA_DIR)."),
+]
+
+
+def _apply_data_dir(data_dir: Path | None) -> None:
+    if data_dir is not None:
+        os.environ["RECYCLE_DATA_DIR"] = str(data_dir.resolve())
+
+
+def _settings():
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def bootstrap_admin_key(settings) -> Path | None:
+    """Create the first admin key when none exists; write its secret to ``<data_dir>/admin-key``."""
+    from app.auth.service import create_key, has_active_admin
+    from app.db.migrate import upgrade_to_head
+    from app.db.session import create_db_engine, create_session_factory, transaction
+
+    upgrade_to_head(settings.database_url)
+    engine = create_db_engine(settings.database_url)
+    try:
+        with transaction(create_session_factory(engine)) as session:
+            if has_active_admin(session):
+                return None
+            created = create_key(session, "bootstrap-admin", "admin")
+        path = Path(settings.data_dir) / ADMIN_KEY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(created.secret + "\n")
+        path.chmod(0o600)
+        return path
+    finally:
+        engine.dispose()
+
+
+def _worker_command() -> list[str]:
+    from workers.celery_app import WORKER_ARGV
+
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", *WORKER_ARGV]
+
+
+class _SupervisedWorker:
+    """The embedded worker subprocess, restarted if it dies while the API runs."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, env=os.environ.copy())
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(2.0):
+            if self.process is not None and self.process.poll() is not None:
+                err_console.print(f"worker exited with {self.process.returncode}; restarting it")
+                self.process = subprocess.Popen(self.command, env=os.environ.copy())
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    data_dir: DataDir = None,
+    production: Annotated[bool, typer.Option("--production", help="API only: workers, database and broker run elsewhere.")] = False,
+) -> None:
+    """Start the service. Embedded by default: SQLite registry, local artifacts, one worker subprocess.
+
+    Example: recycle serve --port 8000 --data-dir ./.recycle
+    """
+    import uvicorn
+
+    from app.main import create_app
+
+    _apply_data_dir(data_dir)
+    settings = _settings()
+    worker = None
+    if not production:
+        key_file = bootstrap_admin_key(settings)
+        if key_file is not None:
+            err_console.print(f"created the first admin API key; its secret is in {key_file}")
+        worker = _SupervisedWorker(_worker_command())
+        worker.start()
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    finally:
+        if worker is not None:
+            worker.stop()
+
+
+@app.command("worker")
+def worker_command(
+    queues: Annotated[str, typer.Option(help="Comma-separated queues to consume.")] = "gpu,cpu",
+    data_dir: DataDir = None,
+) -> None:
+    """Run one worker process (one per GPU: pin it with CUDA_VISIBLE_DEVICES).
+
+    Example: CUDA_VISIBLE_DEVICES=0 recycle worker --queues gpu
+    """
+    _apply_data_dir(data_dir)
+    command = _worker_command()
+    command[command.index("-Q") + 1] = queues
+    os.execv(command[0], command)
+
+
+keys_app = typer.Typer(help="Bootstrap API keys directly in the registry database.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create_command(
+    name: Annotated[str, typer.Option(help="A name to recognise the key by.")],
+    role: Annotated[str, typer.Option(help="admin, platform or reader")] = "admin",
+    data_dir: DataDir = None,
+) -> None:
+    """Create an API key in the configured database and print its secret (shown once).
+
+    Example: RECYCLE_DATABASE_URL=postgresql+psycopg://… recycle keys create --name ops --role admin
+    """
+    from app.auth.service import create_key
+    from app.db.migrate import upgrade_to_head
+    from app.db.session import create_db_engine, create_session_factory, transaction
+
+    _apply_data_dir(data_dir)
+    settings = _settings()
+    upgrade_to_head(settings.database_url)
+    engine = create_db_engine(settings.database_url)
+    try:
+        with transaction(create_session_factory(engine)) as session:
+            created = create_key(session, name, role)
+            secret = created.secret
+    finally:
+        engine.dispose()
+    typer.echo(secret)
+
+
+@app.command("demo")
+def demo_command(
+    url: Annotated[Optional[str], typer.Option(help="A running service; without it the embedded one is started.")] = None,
+    api_key: Annotated[Optional[str], typer.Option(envvar="RECYCLE_API_KEY", help="API key for --url.")] = None,
+    real: Annotated[bool, typer.Option("--real", help="Use all-MiniLM-L6-v2 from its PyPI package.")] = False,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Working directory of the demo.")] = None,
+    port: Annotated[int, typer.Option(help="Port of the embedded service.")] = 8765,
+) -> None:
+    """Walk through the whole upgrade story over HTTP and print a summary.
+
+    A base version, a task, an adapter trained on it, an upgraded version registered with its
+    parent, the campaign that starts by itself with live progress, and the result.
+
+    Example: recycle demo            (starts the embedded service itself)
+             recycle demo --url http://127.0.0.1:8000 --api-key rk_…
+    """
+    from app.demo import run_demo
+
+    workdir = (data_dir or Path(".recycle-demo")).resolve()
+    code = run_demo(url=url, api_key=api_key, real=real, workdir=workdir, port=port)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Entry point of ``recycle``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Jobs: long work on Celery workers (train, compatibility, recycle, interpolation, similarity)."""

@@ -1,0 +1,1 @@
+"""Registered models and their versions: lineage, tags, aliases, soft delete."""

@@ -1,0 +1,1 @@
+"""Reports: the versioned JSON metrics documents of jobs (DESIGN §7)."""

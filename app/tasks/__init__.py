@@ -1,0 +1,1 @@
+"""Tasks: labelled datasets validated by recycling_core and stored as artifacts."""

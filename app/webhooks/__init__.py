@@ -1,0 +1,1 @@
+"""Webhooks: HMAC-signed, retried deliveries of job and campaign events."""

@@ -1,0 +1,1 @@
+"""Celery workers: take job ids, load state from the registry, call recycling_core, write back."""
