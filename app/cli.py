@@ -194,6 +194,9 @@ def demo_command(
 
 def main() -> None:
     """Entry point of ``recycle``."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()  # load-report noise; our own errors are explicit
     app()
 
 

@@ -262,13 +262,14 @@ class RecycleClient:
         self._json("DELETE", f"/v1/adapters/{adapter_id}")
 
     def download_adapter(self, adapter_id: str, destination: str | Path) -> Path:
-        """Download an adapter and unpack it into ``destination`` (a PEFT directory)."""
+        """Download an adapter into ``destination``; return the PEFT directory inside it."""
         response = self._request("GET", f"/v1/adapters/{adapter_id}/download")
         target = Path(destination)
         target.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
             archive.extractall(target, filter="data")
-        return target
+        configs = sorted(target.rglob("adapter_config.json"))
+        return configs[0].parent if configs else target
 
     def train_adapter(self, params: JsonDict) -> JsonDict:
         return self._json("POST", "/v1/adapters/train", json=params)

@@ -272,8 +272,7 @@ def print_summary(client: RecycleClient, campaign: dict[str, Any], workdir: Path
         best = entry.get("best") or {}
         chosen = promotion.get("adapter_id") or (best.get("adapter_id") if isinstance(best, dict) else None)
         if chosen:
-            target = workdir / "recycled" / str(chosen)
-            client.download_adapter(str(chosen), target)
+            target = client.download_adapter(str(chosen), workdir / "recycled" / str(chosen))
             downloaded = target
             how = f"promoted as '{promotion.get('alias')}' ({promotion.get('method')})" if promotion else "best recycled (not promoted)"
             console.print(
@@ -340,7 +339,11 @@ def _story(client: RecycleClient, workdir: Path, real: bool, settings: DemoSetti
         console.print(f"[red]training failed: {job.get('error_message')}[/red]")
         return 1
     adapter = client.get_adapter(job["result_adapter_id"])
-    console.print(f"  adapter {adapter['id']} READY: {adapter.get('metrics')}")
+    test = (adapter.get("metrics") or {}).get("test") or {}
+    console.print(
+        f"  adapter {adapter['id']} {adapter['status']}: test accuracy {test.get('accuracy', float('nan')):.3f} "
+        f"(majority floor {test.get('floor', float('nan')):.3f})"
+    )
 
     console.rule("3. the upgraded model v2 is registered with parent v1")
     v2_dir = make_upgrade(files, workdir, settings)
