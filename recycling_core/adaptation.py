@@ -193,8 +193,14 @@ class AdaptedModel:
         return copy.deepcopy(self.model).merge_and_unload()
 
 
-def new_adapter(base: LoadedBase, options: AdapterOptions, label2id: dict[str, int] | None) -> AdaptedModel:
-    """A fresh adapter on a base (the ``fresh`` and ``distill`` starting point)."""
+def new_adapter(
+    base: LoadedBase, options: AdapterOptions, label2id: dict[str, int] | None, *, seed: int = 0
+) -> AdaptedModel:
+    """A fresh adapter on a base (the ``fresh`` and ``distill`` starting point).
+
+    Its random initialisation (LoRA's A matrices, random prompt embeddings) is drawn from
+    ``seed``, so that a run is reproducible from its report; the global RNG is left as it was.
+    """
     if options.peft == "full":
         for parameter in base.model.parameters():
             parameter.requires_grad_(True)
@@ -205,7 +211,9 @@ def new_adapter(base: LoadedBase, options: AdapterOptions, label2id: dict[str, i
             label2id=label2id,
             _base_state=_snapshot(base.model, exclude=set(base.initialized_keys)),
         )
-    model = get_peft_model(base.model, _fresh_peft_config(base, options))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = get_peft_model(base.model, _fresh_peft_config(base, options))
     return AdaptedModel(base=base, model=model, peft_type=TRAINABLE_PEFT_NAMES[options.peft], label2id=label2id)
 
 

@@ -166,7 +166,7 @@ def inspect_adapter_dir(path: str | Path) -> AdapterInfo:
         raise InvalidAdapterError(
             f"{directory} has neither {ADAPTER_CONFIG_NAME} nor config.json", field=ADAPTER_CONFIG_NAME
         )
-    if not shapes:
+    if not shapes and peft_type != FULL_DELTA:  # an empty delta is the identity: a valid adapter
         raise InvalidAdapterError(f"{directory} holds no tensors", field="weights")
     label2id = read_label2id(directory)
     if label2id is None and peft_type == FULL_CHECKPOINT and isinstance(config.get("label2id"), dict):

@@ -169,21 +169,23 @@ def _check_config_targets(adapter: AdapterInfo, modules: dict[str, torch.nn.Modu
 
 
 def _check_tensor_shapes(adapter: AdapterInfo, modules: dict[str, torch.nn.Module], base: ModelInfo) -> int:
-    if adapter.peft_type == "PROMPT_TUNING":
-        hidden = base.signature.get("hidden_size")
-        for key, shape in adapter.tensor_shapes.items():
-            if hidden is not None and shape[-1] != hidden:
-                raise IncompatibleAdapterError(
-                    f"{key}: prompt embedding width {shape[-1]} != hidden size {hidden}", field="hidden_size"
-                )
-        return len(adapter.tensor_shapes)
     parameters: dict[str, tuple[int, ...]] = {}
     for module_name, module in modules.items():
         for parameter_name, parameter in module.named_parameters(recurse=False):
             parameters[f"{module_name}.{parameter_name}" if module_name else parameter_name] = tuple(parameter.shape)
     checked = 0
     for key, shape in sorted(adapter.tensor_shapes.items()):
-        if adapter.peft_type in (FULL_DELTA, FULL_CHECKPOINT):
+        if adapter.peft_type == "PROMPT_TUNING" and key == "prompt_embeddings":
+            hidden = base.signature.get("hidden_size")
+            if hidden is not None and shape[-1] != hidden:
+                raise IncompatibleAdapterError(
+                    f"{key}: prompt embedding width {shape[-1]} != hidden size {hidden}", field="hidden_size"
+                )
+        elif adapter.peft_type == "PROMPT_TUNING":
+            # modules_to_save of prompt learning (a classifier head) are saved as base_model.<name>
+            bare = key.removeprefix("base_model.model.").removeprefix("base_model.")
+            _check_peft_tensor("base_model.model." + bare, shape, modules, parameters)
+        elif adapter.peft_type in (FULL_DELTA, FULL_CHECKPOINT):
             _check_full_tensor(key, shape, parameters)
         else:
             _check_peft_tensor(key, shape, modules, parameters)

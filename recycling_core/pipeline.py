@@ -208,7 +208,7 @@ def train_adapter(request: TrainRequest, hooks: RunHooks | None = None) -> Repor
     full_task = load_task(request.task_dir)
     task = _task_with_few_shot(full_task, request.few_shot, config.seed)
     base = get_base(base_info, _head_for(task), seed=config.seed, cache=hooks.cache)
-    adapted = new_adapter(base, request.adapter, _label2id(task))
+    adapted = new_adapter(base, request.adapter, _label2id(task), seed=config.seed)
     task_format = TaskFormat(task, base.tokenizer, base_info.kind, max_length=config.max_length)
     train_features = task_format.encode(task.train)
     trainer = Trainer(adapted, task_format, train_features, task_format.encode(task.dev), config, hooks)
@@ -280,6 +280,7 @@ def _measure_compatibility(
     split: str,
     workspace: _Workspace,
     trainable_direct: bool = False,
+    max_length: int = 128,
 ) -> tuple[_Compatibility, AdapterInfo]:
     check_compatibility(adapter, old_info, labels=task.labels if task.kind == "classification" else None)
     old_base = get_base(old_info, _head_for(task), seed=seed, cache=hooks.cache)
@@ -288,7 +289,7 @@ def _measure_compatibility(
     new_base = get_base(new_info, _head_for(task), seed=seed, cache=hooks.cache)
     distance = base_weight_distance(old_base, new_base)
     old_model = attach_adapter(old_base, adapter, trainable=False)
-    task_format = TaskFormat(task, old_base.tokenizer, old_info.kind)
+    task_format = TaskFormat(task, old_base.tokenizer, old_info.kind, max_length=max_length)
     eval_features = task_format.encode(task.split(split))
     source = _evaluate_split(old_model, task_format, eval_features, split, device)
     source_dev = source if split == "dev" else _evaluate_split(
@@ -409,6 +410,7 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
         compat, adapter = _measure_compatibility(
             original_adapter, old_info, new_info, task, hooks, seed=config.seed, device=device,
             split="test", workspace=workspace, trainable_direct=method.starts_from_old and method.trains,
+            max_length=config.max_length,  # the same truncation as train_adapter (TrainingConfig)
         )
         task_format = compat.task_format
         test_features = task_format.encode(task.test)
@@ -430,7 +432,9 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
                 adapted = compat.direct_model
             else:
                 fresh_base = get_base(new_info, _head_for(task), seed=config.seed, cache=hooks.cache)
-                adapted = new_adapter(fresh_base, adapter_options_like(adapter), _label2id(task))
+                adapted = new_adapter(
+                    fresh_base, adapter_options_like(adapter), _label2id(task), seed=config.seed
+                )
             teacher = _teacher_forward(compat.old_model, task_format) if method.distills else None
             if teacher is None:
                 compat.old_model.model.to("cpu")
@@ -459,6 +463,10 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
             convergence = convergence_metrics(
                 result.curve.points, target, source_name, request.fresh_steps_to_target  # type: ignore[arg-type]
             )
+        if adapted.label2id is None:
+            # an input without label2id.json (e.g. a full checkpoint of a causal LM): the
+            # recycled adapter was checked and scored with the task's label order; record it
+            adapted.label2id = _label2id(task)
         staging = out_dir.with_name(out_dir.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         adapted.save(staging, provenance=provenance)

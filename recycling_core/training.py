@@ -174,6 +174,20 @@ def _primary(score: TaskScore) -> float:
     return score.primary
 
 
+def _is_better(score: TaskScore, curve: TrainingCurve) -> bool:
+    """A higher dev metric, or the same metric at a lower dev loss (the earlier step wins ties).
+
+    The loss breaks ties because a coarse metric often stays flat for a while (exact match of a
+    generation task at 0, accuracy on a small dev split) while the model clearly improves.
+    """
+    if curve.best_metric is None:
+        return True
+    if _primary(score) != curve.best_metric:
+        return _primary(score) > curve.best_metric
+    best_loss = next((p.loss for p in curve.points if p.step == curve.best_step), math.inf)
+    return score.loss < best_loss
+
+
 class Trainer:
     """Trains one adapted model on one task, optionally distilling from a frozen teacher."""
 
@@ -333,7 +347,7 @@ class Trainer:
                 curve.points.append(EvalPoint(step=done, tokens=tokens, metric=_primary(score), loss=score.loss))
                 metrics["dev_metric"] = _primary(score)
                 metrics["dev_loss"] = score.loss
-                if curve.best_metric is None or _primary(score) > curve.best_metric:
+                if _is_better(score, curve):
                     curve.best_step, curve.best_metric = done, _primary(score)
                     best_state = self.student.trainable_state()
                     best_dev = score
