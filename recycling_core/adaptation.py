@@ -126,7 +126,7 @@ class AdaptedModel:
             for name, tensor in state.items():
                 parameters[name].copy_(tensor.to(parameters[name].device))
 
-    def to(self, device: torch.device) -> "AdaptedModel":
+    def to(self, device: torch.device) -> AdaptedModel:
         self.model.to(device)
         return self
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress as ProgressBar, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as ProgressBar
 
 from recycling_core.errors import IncompatibleAdapterError, RecyclingError
 from recycling_core.reports import Report
@@ -63,8 +65,8 @@ ExistingDir = Annotated[Path, typer.Option(exists=True, file_okay=False, dir_oka
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the machine-readable report on stdout.")]
 Steps = Annotated[int, typer.Option(min=1, help="Optimizer steps.")]
 Seed = Annotated[int, typer.Option(help="Random seed (data order, init, dropout, few-shot sample).")]
-FewShot = Annotated[Optional[int], typer.Option(min=1, help="Train on K examples per label.")]
-LearningRate = Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate (default by adapter type).")]
+FewShot = Annotated[int | None, typer.Option(min=1, help="Train on K examples per label.")]
+LearningRate = Annotated[float | None, typer.Option("--lr", help="Peak learning rate (default by adapter type).")]
 BatchSize = Annotated[int, typer.Option(min=1, help="Examples per optimizer step.")]
 EvalEvery = Annotated[int, typer.Option(min=1, help="Evaluate on dev every N steps.")]
 Device = Annotated[DeviceChoice, typer.Option(help="Where to run; auto picks CUDA when present.")]
@@ -99,7 +101,7 @@ class _ProgressPrinter:
         self.description = description
         self.task_id: int | None = None
 
-    def __enter__(self) -> "_ProgressPrinter":
+    def __enter__(self) -> _ProgressPrinter:
         self.bar.start()
         return self
 
@@ -160,7 +162,7 @@ def simulate_upgrade_command(
     lr: Annotated[float, typer.Option("--lr")] = 5e-5,
     batch_size: BatchSize = 32,
     max_length: Annotated[int, typer.Option(min=16)] = 128,
-    eval_corpus: Annotated[Optional[list[Path]], typer.Option(exists=True, dir_okay=False, help="Extra held-out corpora.")] = None,
+    eval_corpus: Annotated[list[Path] | None, typer.Option(exists=True, dir_okay=False, help="Extra held-out corpora.")] = None,
     seed: Seed = 0,
     device: Device = DeviceChoice.auto,
     as_json: JsonFlag = False,
@@ -230,7 +232,7 @@ def train_command(
 def check_command(
     adapter: ExistingDir,
     base: ExistingDir,
-    task: Annotated[Optional[Path], typer.Option(exists=True, file_okay=False, help="Also check the label set.")] = None,
+    task: Annotated[Path | None, typer.Option(exists=True, file_okay=False, help="Also check the label set.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Check an adapter against a base model; exit 0 when compatible, 3 with the mismatch otherwise.
@@ -276,7 +278,7 @@ def recycle_command(
     lr: LearningRate = None,
     batch_size: BatchSize = 16,
     eval_every: EvalEvery = 20,
-    target: Annotated[Optional[float], typer.Option(help="Dev metric that counts as converged.")] = None,
+    target: Annotated[float | None, typer.Option(help="Dev metric that counts as converged.")] = None,
     distill_alpha: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
     temperature: Annotated[float, typer.Option(min=0.01)] = 2.0,
     device: Device = DeviceChoice.auto,

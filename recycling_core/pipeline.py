@@ -40,7 +40,6 @@ from recycling_core.methods import get_method
 from recycling_core.metrics import (
     AttentionSimilarityAccumulator,
     CostMeter,
-    alphas as alpha_grid,
     compatibility_metrics,
     convergence_metrics,
     default_target,
@@ -50,9 +49,19 @@ from recycling_core.metrics import (
     library_versions,
     weight_distance,
 )
+from recycling_core.metrics import (
+    alphas as alpha_grid,
+)
 from recycling_core.models import HeadSpec, LoadedBase, ModelInfo, get_base, inspect_model_dir
 from recycling_core.reports import Fingerprint, Metrics, Report, TaskScore, WeightDistance
-from recycling_core.tasking import Batch, EvalResult, Feature, TaskFormat, autocast_context, evaluate
+from recycling_core.tasking import (
+    Batch,
+    EvalResult,
+    Feature,
+    TaskFormat,
+    autocast_context,
+    evaluate,
+)
 from recycling_core.training import Progress, RunHooks, Trainer, TrainingConfig, resolve_device
 
 REPORT_NAME = RUN_REPORT_NAME
@@ -191,8 +200,8 @@ class TrainRequest:
     base_dir: Path
     task_dir: Path
     out_dir: Path
-    adapter: AdapterOptions = AdapterOptions()
-    training: TrainingConfig = TrainingConfig()
+    adapter: AdapterOptions = field(default_factory=AdapterOptions)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
     few_shot: int | None = None
     job_id: str | None = None
 
@@ -376,7 +385,7 @@ class RecycleRequest:
     new_base_dir: Path
     task_dir: Path
     out_dir: Path
-    training: TrainingConfig = TrainingConfig()
+    training: TrainingConfig = field(default_factory=TrainingConfig)
     few_shot: int | None = None
     target: float | None = None
     fresh_best: float | None = None
@@ -507,6 +516,57 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
     return report
 
 
+# ---------------------------------------------------------------------------- pairs
+@dataclass
+class _AdaptedPair:
+    """The inputs of a run that compares the old adapted model with the new one."""
+
+    old_info: ModelInfo
+    new_info: ModelInfo
+    old_adapter_original: AdapterInfo
+    old_adapter: AdapterInfo
+    new_adapter: AdapterInfo
+    task: TaskData
+    old_base: LoadedBase
+
+    def fingerprints(self) -> list[Fingerprint]:
+        return [
+            _model_fingerprint("old_base", self.old_info),
+            _model_fingerprint("new_base", self.new_info),
+            _adapter_fingerprint("old_adapter", self.old_adapter_original),
+            _adapter_fingerprint("new_adapter", self.new_adapter),
+            *_task_fingerprints(self.task),
+        ]
+
+
+def _load_pair(
+    old_base_dir: Path,
+    old_adapter_dir: Path,
+    new_base_dir: Path,
+    new_adapter_dir: Path,
+    task_dir: Path,
+    *,
+    seed: int,
+    hooks: RunHooks,
+    workspace: _Workspace,
+    old_adapter_on_new_base: bool,
+) -> _AdaptedPair:
+    """Inspect and check both adapters against their bases; load the old base."""
+    old_info = inspect_model_dir(old_base_dir)
+    new_info = inspect_model_dir(new_base_dir)
+    old_adapter_original = inspect_adapter_dir(old_adapter_dir)
+    new_adapter = inspect_adapter_dir(new_adapter_dir)
+    task = load_task(task_dir)
+    labels = task.labels if task.kind == "classification" else None
+    old_base = get_base(old_info, _head_for(task), seed=seed, cache=hooks.cache)
+    old_adapter = _usable_adapter(old_adapter_original, old_base, workspace)
+    check_compatibility(old_adapter, old_info, labels=labels)
+    if old_adapter_on_new_base:
+        check_compatibility(old_adapter, new_info, labels=labels)
+    check_compatibility(new_adapter, new_info, labels=labels)
+    return _AdaptedPair(old_info, new_info, old_adapter_original, old_adapter, new_adapter, task, old_base)
+
+
 # ---------------------------------------------------------------------------- interpolation
 @dataclass(frozen=True)
 class InterpolationRequest:
@@ -545,25 +605,19 @@ def interpolate(request: InterpolationRequest, hooks: RunHooks | None = None) ->
     device = resolve_device(request.device)
     meter = CostMeter(device)
     meter.start()
-    old_info = inspect_model_dir(request.old_base_dir)
-    new_info = inspect_model_dir(request.new_base_dir)
-    old_adapter_original = inspect_adapter_dir(request.old_adapter_dir)
-    new_adapter = inspect_adapter_dir(request.new_adapter_dir)
-    task = load_task(request.task_dir)
-    labels = task.labels if task.kind == "classification" else None
     with ExitStack() as stack:
-        workspace = _Workspace(stack)
-        old_base = get_base(old_info, _head_for(task), seed=request.seed, cache=hooks.cache)
-        old_adapter = _usable_adapter(old_adapter_original, old_base, workspace)
-        check_compatibility(old_adapter, old_info, labels=labels)
-        check_compatibility(old_adapter, new_info, labels=labels)
-        check_compatibility(new_adapter, new_info, labels=labels)
+        pair = _load_pair(
+            request.old_base_dir, request.old_adapter_dir, request.new_base_dir, request.new_adapter_dir,
+            request.task_dir, seed=request.seed, hooks=hooks, workspace=_Workspace(stack),
+            old_adapter_on_new_base=True,
+        )
+        task, new_info = pair.task, pair.new_info
         if request.mode == "model":
-            end_a = attach_adapter(old_base, old_adapter, trainable=False)
+            end_a = attach_adapter(pair.old_base, pair.old_adapter, trainable=False)
         else:
-            end_a = _load_adapted(new_info, old_adapter, task, hooks, seed=request.seed)
-        end_b = _load_adapted(new_info, new_adapter, task, hooks, seed=request.seed)
-        task_format = TaskFormat(task, old_base.tokenizer, new_info.kind)
+            end_a = _load_adapted(new_info, pair.old_adapter, task, hooks, seed=request.seed)
+        end_b = _load_adapted(new_info, pair.new_adapter, task, hooks, seed=request.seed)
+        task_format = TaskFormat(task, pair.old_base.tokenizer, new_info.kind)
         features = task_format.encode(task.split(request.split))
         if end_a.peft_type == "PROMPT_TUNING" or end_b.peft_type == "PROMPT_TUNING":
             if end_a.peft_type != end_b.peft_type:
@@ -597,15 +651,9 @@ def interpolate(request: InterpolationRequest, hooks: RunHooks | None = None) ->
         TrainingConfig(seed=request.seed, device=request.device),
         device,
         job_id=request.job_id,
-        peft_type=new_adapter.peft_type,
+        peft_type=pair.new_adapter.peft_type,
         hyperparameters={"mode": request.mode, "points": request.points, "split": request.split},
-        fingerprints=[
-            _model_fingerprint("old_base", old_info),
-            _model_fingerprint("new_base", new_info),
-            _adapter_fingerprint("old_adapter", old_adapter_original),
-            _adapter_fingerprint("new_adapter", new_adapter),
-            *_task_fingerprints(task),
-        ],
+        fingerprints=pair.fingerprints(),
         metrics=Metrics(interpolation=interpolation),
         cost=meter.stop(),
     )
@@ -638,22 +686,18 @@ def attention_similarity(request: SimilarityRequest, hooks: RunHooks | None = No
     device = resolve_device(request.device)
     meter = CostMeter(device)
     meter.start()
-    old_info = inspect_model_dir(request.old_base_dir)
-    new_info = inspect_model_dir(request.new_base_dir)
-    old_adapter_original = inspect_adapter_dir(request.old_adapter_dir)
-    new_adapter = inspect_adapter_dir(request.new_adapter_dir)
-    task = load_task(request.task_dir)
-    labels = task.labels if task.kind == "classification" else None
     accumulator = AttentionSimilarityAccumulator()
     with ExitStack() as stack:
-        workspace = _Workspace(stack)
-        old_base = get_base(old_info, _head_for(task), seed=request.seed, cache=hooks.cache)
-        old_adapter = _usable_adapter(old_adapter_original, old_base, workspace)
-        check_compatibility(old_adapter, old_info, labels=labels)
-        check_compatibility(new_adapter, new_info, labels=labels)
-        model_a = attach_adapter(old_base, old_adapter, trainable=False).merged_model().to(device).eval()
-        model_b = _load_adapted(new_info, new_adapter, task, hooks, seed=request.seed).merged_model().to(device).eval()
-        task_format = TaskFormat(task, old_base.tokenizer, new_info.kind)
+        pair = _load_pair(
+            request.old_base_dir, request.old_adapter_dir, request.new_base_dir, request.new_adapter_dir,
+            request.task_dir, seed=request.seed, hooks=hooks, workspace=_Workspace(stack),
+            old_adapter_on_new_base=False,
+        )
+        task, old_base = pair.task, pair.old_base
+        model_a = attach_adapter(old_base, pair.old_adapter, trainable=False).merged_model().to(device).eval()
+        model_b = _load_adapted(pair.new_info, pair.new_adapter, task, hooks, seed=request.seed)
+        model_b = model_b.merged_model().to(device).eval()
+        task_format = TaskFormat(task, old_base.tokenizer, pair.new_info.kind)
         probes = task_format.encode(task.test[: request.probes])
         with torch.no_grad():
             for batch in task_format.batches(probes, request.batch_size, device):
@@ -668,27 +712,21 @@ def attention_similarity(request: SimilarityRequest, hooks: RunHooks | None = No
         TrainingConfig(seed=request.seed, device=request.device),
         device,
         job_id=request.job_id,
-        peft_type=new_adapter.peft_type,
+        peft_type=pair.new_adapter.peft_type,
         hyperparameters={"probes": request.probes},
-        fingerprints=[
-            _model_fingerprint("old_base", old_info),
-            _model_fingerprint("new_base", new_info),
-            _adapter_fingerprint("old_adapter", old_adapter_original),
-            _adapter_fingerprint("new_adapter", new_adapter),
-            *_task_fingerprints(task),
-        ],
+        fingerprints=pair.fingerprints(),
         metrics=Metrics(similarity=accumulator.result()),
         cost=meter.stop(),
     )
 
 
 __all__ = [
+    "TRAINABLE_PEFT_NAMES",
     "CompatibilityRequest",
     "InterpolationRequest",
     "RecycleRequest",
     "SimilarityRequest",
     "TrainRequest",
-    "TRAINABLE_PEFT_NAMES",
     "adapter_options_like",
     "attention_similarity",
     "compatibility_report",

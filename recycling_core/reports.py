@@ -145,7 +145,7 @@ class Report(_Strict):
     report_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     kind: ReportKind
     created_at: str = Field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
     job_id: str | None = None
     inputs: dict[str, str] = Field(default_factory=dict)
@@ -169,6 +169,6 @@ class Report(_Strict):
         return target
 
     @classmethod
-    def read(cls, path: str | Path) -> "Report":
+    def read(cls, path: str | Path) -> Report:
         """Read and validate a report file."""
         return cls.model_validate(json.loads(Path(path).read_text()))

@@ -8,8 +8,8 @@ by the loss on response tokens only.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F

@@ -17,9 +17,10 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import torch
 from safetensors.torch import load_file, save_file

@@ -20,12 +20,12 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PreTrainedTokenizerBase
 
 from recycling_core.errors import ConfigError, DatasetError, InvalidModelError
+from recycling_core.files import sha256_file
 from recycling_core.metrics import CostMeter, hardware_info, library_versions, weight_distance
 from recycling_core.models import inspect_model_dir, load_tokenizer
 from recycling_core.reports import Fingerprint, Metrics, Report
-from recycling_core.files import sha256_file
-from recycling_core.training import Progress, RunHooks, learning_rate_factor, resolve_device
 from recycling_core.tasking import autocast_context
+from recycling_core.training import Progress, RunHooks, learning_rate_factor, resolve_device
 
 UPGRADE_REPORT_NAME = "upgrade_report.json"
 IGNORE_INDEX = -100
