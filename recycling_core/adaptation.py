@@ -241,6 +241,7 @@ def attach_adapter(base: LoadedBase, info: AdapterInfo, *, trainable: bool) -> A
         return _attach_full_delta(base, info, trainable=trainable)
     config = PeftConfig.from_pretrained(str(info.path))
     config.inference_mode = not trainable
+    config.base_model_name_or_path = base.model.name_or_path  # the base it now sits on
     try:
         model = get_peft_model(base.model, config)
     except ValueError as error:  # PEFT: "Target modules ... not found in the base model"
