@@ -7,18 +7,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from app.cli_api import register_api_commands
 from recycling_core.cli import app, err_console
 
 ADMIN_KEY_FILE = "admin-key"
 
 DataDir = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(help="Where the embedded registry, broker file and artifacts live (RECYCLE_DATA_DIR)."),
 ]
 
@@ -106,6 +106,7 @@ def serve_command(
     import uvicorn
 
     from app.main import create_app
+    from app.observability.logs import configure_logging
 
     _apply_data_dir(data_dir)
     settings = _settings()
@@ -117,7 +118,10 @@ def serve_command(
         worker = _SupervisedWorker(_worker_command())
         worker.start()
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+        # One JSON object per line (RECYCLE_LOG_FORMAT=text for people); uvicorn's own access
+        # log is replaced by app.access lines that carry the request id.
+        configure_logging(settings.log_format, settings.log_level)
+        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
     finally:
         if worker is not None:
             worker.stop()
@@ -138,20 +142,19 @@ def worker_command(
     os.execv(command[0], command)
 
 
-keys_app = typer.Typer(help="Bootstrap API keys directly in the registry database.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys: create (through the API with --url, else directly in the database), bootstrap "
+    "(always in the database), list, revoke, whoami.\n\nExample: recycle keys bootstrap --name ops --role admin",
+    no_args_is_help=True,
+)
 app.add_typer(keys_app, name="keys")
 
+KeyName = Annotated[str, typer.Option(help="A name to recognise the key by.")]
+KeyRole = Annotated[str, typer.Option(help="admin, platform or reader")]
 
-@keys_app.command("create")
-def keys_create_command(
-    name: Annotated[str, typer.Option(help="A name to recognise the key by.")],
-    role: Annotated[str, typer.Option(help="admin, platform or reader")] = "admin",
-    data_dir: DataDir = None,
-) -> None:
-    """Create an API key in the configured database and print its secret (shown once).
 
-    Example: RECYCLE_DATABASE_URL=postgresql+psycopg://… recycle keys create --name ops --role admin
-    """
+def create_key_in_database(name: str, role: str, data_dir: Path | None) -> str:
+    """Create an API key directly in the configured registry database; return its secret."""
     from app.auth.service import create_key
     from app.db.migrate import upgrade_to_head
     from app.db.session import create_db_engine, create_session_factory, transaction
@@ -162,19 +165,51 @@ def keys_create_command(
     engine = create_db_engine(settings.database_url)
     try:
         with transaction(create_session_factory(engine)) as session:
-            created = create_key(session, name, role)
-            secret = created.secret
+            return create_key(session, name, role).secret
     finally:
         engine.dispose()
-    typer.echo(secret)
+
+
+@keys_app.command("bootstrap")
+def keys_bootstrap_command(name: KeyName, role: KeyRole = "admin", data_dir: DataDir = None) -> None:
+    """Create an API key directly in the registry database, no service needed (first admin key).
+
+    Example: RECYCLE_DATABASE_URL=postgresql+psycopg://… recycle keys bootstrap --name ops --role admin
+    """
+    typer.echo(create_key_in_database(name, role, data_dir))
+
+
+@keys_app.command("create")
+def keys_create_command(
+    name: KeyName,
+    role: KeyRole = "admin",
+    data_dir: DataDir = None,
+    url: Annotated[str | None, typer.Option(envvar="RECYCLE_URL", help="Create it through this service (needs an admin --api-key); without it: directly in the database, like bootstrap.")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="RECYCLE_API_KEY", help="Admin API key for --url.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the created key as JSON (with --url).")] = False,
+) -> None:
+    """Create an API key and print its secret (shown once).
+
+    With --url (or RECYCLE_URL) an admin key creates it through the API; without, it is written
+    directly to the configured database, as `recycle keys bootstrap` does.
+
+    Example: recycle keys create --name ci --role platform --url http://127.0.0.1:8000 --api-key rk_…
+             RECYCLE_DATABASE_URL=postgresql+psycopg://… recycle keys create --name ops --role admin
+    """
+    if url:
+        from app.cli_api import create_key_over_http
+
+        create_key_over_http(url, api_key, name, role, as_json)
+        return
+    typer.echo(create_key_in_database(name, role, data_dir))
 
 
 @app.command("demo")
 def demo_command(
-    url: Annotated[Optional[str], typer.Option(help="A running service; without it the embedded one is started.")] = None,
-    api_key: Annotated[Optional[str], typer.Option(envvar="RECYCLE_API_KEY", help="API key for --url.")] = None,
+    url: Annotated[str | None, typer.Option(help="A running service; without it the embedded one is started.")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="RECYCLE_API_KEY", help="API key for --url.")] = None,
     real: Annotated[bool, typer.Option("--real", help="Use all-MiniLM-L6-v2 from its PyPI package.")] = False,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Working directory of the demo.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Working directory of the demo.")] = None,
     port: Annotated[int, typer.Option(help="Port of the embedded service.")] = 8765,
 ) -> None:
     """Walk through the whole upgrade story over HTTP and print a summary.
@@ -192,11 +227,14 @@ def demo_command(
     raise typer.Exit(code)
 
 
+register_api_commands(app, keys_app)  # models, versions, tasks, adapters, jobs, … (app.cli_api)
+
+
 def main() -> None:
     """Entry point of ``recycle``."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.set_verbosity_error()  # load-report noise; our own errors are explicit
+    # Load-report noise; our own errors are explicit. Read by transformers when it is first
+    # imported, so commands that never load a model do not pay for importing it.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     app()
 
 

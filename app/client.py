@@ -60,6 +60,14 @@ class ServiceUnavailableError(ApiError):
     """503: a dependency (database, broker, artifact store) is down."""
 
 
+class ServerError(ApiError):
+    """500 and other 5xx answers: a fault of the service (its detail says what)."""
+
+
+class ConnectionFailedError(ApiError):
+    """The service could not be reached (``status`` 0): refused, timed out, DNS, TLS."""
+
+
 _ERRORS_BY_STATUS: dict[int, type[ApiError]] = {
     400: BadRequestError,
     401: AuthenticationError,
@@ -70,6 +78,16 @@ _ERRORS_BY_STATUS: dict[int, type[ApiError]] = {
     422: BadRequestError,
     503: ServiceUnavailableError,
 }
+
+
+def _error_class(status: int) -> type[ApiError]:
+    if status in _ERRORS_BY_STATUS:
+        return _ERRORS_BY_STATUS[status]
+    if status >= 500:
+        return ServerError
+    if status >= 400:
+        return BadRequestError if status in (405, 415) else ApiError
+    return ApiError
 
 
 def directory_archive(directory: str | Path) -> bytes:
@@ -91,7 +109,7 @@ class RecycleClient:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
-    def __enter__(self) -> "RecycleClient":
+    def __enter__(self) -> RecycleClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -102,14 +120,17 @@ class RecycleClient:
 
     # ------------------------------------------------------------------ plumbing
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = self._http.request(method, path, **kwargs)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ConnectionFailedError(0, "ConnectionFailed", f"{self.base_url}: {error}") from error
         if response.status_code >= 400:
             try:
                 body = response.json()
                 code, detail = str(body.get("error", "Error")), str(body.get("detail", ""))
             except (ValueError, AttributeError):
                 code, detail = "Error", response.text[:500]
-            raise _ERRORS_BY_STATUS.get(response.status_code, ApiError)(response.status_code, code, detail)
+            raise _error_class(response.status_code)(response.status_code, code, detail)
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -133,7 +154,16 @@ class RecycleClient:
         return self._json("GET", "/healthz")
 
     def readyz(self) -> JsonDict:
+        """The readiness checks; a 503 (a dependency down) raises ServiceUnavailableError."""
         return self._json("GET", "/readyz")
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of ``/metrics``."""
+        return self._request("GET", "/metrics").text
+
+    def admin_overview(self) -> JsonDict:
+        """Counts, queue depth per queue, workers and recent failures."""
+        return self._json("GET", "/v1/admin/overview")
 
     # ------------------------------------------------------------------ models and versions
     def create_model(self, name: str, description: str | None = None) -> JsonDict:
@@ -170,8 +200,11 @@ class RecycleClient:
             data["description"] = description
         return self._json("POST", f"/v1/models/{model}/versions", files=files or None, data=data)
 
-    def list_versions(self, model: str, limit: int = 50, offset: int = 0) -> JsonDict:
-        return self._json("GET", f"/v1/models/{model}/versions", params={"limit": limit, "offset": offset})
+    def list_versions(
+        self, model: str, limit: int = 50, offset: int = 0, *, status: str | None = None
+    ) -> JsonDict:
+        params = self._params(limit=limit, offset=offset, status=status)
+        return self._json("GET", f"/v1/models/{model}/versions", params=params)
 
     def get_version(self, model: str, version: int) -> JsonDict:
         return self._json("GET", f"/v1/models/{model}/versions/{version}")
@@ -210,6 +243,8 @@ class RecycleClient:
         *,
         kind: str | None = None,
         labels: list[str] | None = None,
+        metric: str | None = None,
+        description: str | None = None,
     ) -> JsonDict:
         """Upload a task directory's train/dev/test files (.jsonl or .csv)."""
         directory = Path(task_dir)
@@ -219,7 +254,13 @@ class RecycleClient:
             if not matches:
                 raise FileNotFoundError(f"{directory} has no {split}.jsonl or {split}.csv")
             files[split] = (matches[0].name, matches[0].read_bytes(), "application/octet-stream")
-        data = self._params(name=name, kind=kind, labels=json.dumps(labels) if labels else None)
+        data = self._params(
+            name=name,
+            kind=kind,
+            labels=json.dumps(labels) if labels else None,
+            metric=metric,
+            description=description,
+        )
         return self._json("POST", "/v1/tasks", files=files, data=data)
 
     def list_tasks(self, limit: int = 50, offset: int = 0) -> JsonDict:
@@ -241,11 +282,14 @@ class RecycleClient:
         *,
         source_uri: str | None = None,
         name: str | None = None,
+        aliases: list[str] | None = None,
     ) -> JsonDict:
         files, data = self._upload_fields(directory, source_uri)
         data.update({"model": model, "version": str(version), "task": task})
         if name:
             data["name"] = name
+        if aliases:
+            data["aliases"] = json.dumps(aliases)
         return self._json("POST", "/v1/adapters", files=files or None, data=data)
 
     def list_adapters(self, **filters: Any) -> JsonDict:
@@ -254,8 +298,17 @@ class RecycleClient:
     def get_adapter(self, adapter_id: str) -> JsonDict:
         return self._json("GET", f"/v1/adapters/{adapter_id}")
 
-    def update_adapter(self, adapter_id: str, *, add_aliases: list[str] | None = None, remove_aliases: list[str] | None = None) -> JsonDict:
-        body = {"aliases": {"add": add_aliases or [], "remove": remove_aliases or []}}
+    def update_adapter(
+        self,
+        adapter_id: str,
+        *,
+        name: str | None = None,
+        add_aliases: list[str] | None = None,
+        remove_aliases: list[str] | None = None,
+    ) -> JsonDict:
+        body: JsonDict = {"aliases": {"add": add_aliases or [], "remove": remove_aliases or []}}
+        if name is not None:
+            body["name"] = name
         return self._json("PATCH", f"/v1/adapters/{adapter_id}", json=body)
 
     def delete_adapter(self, adapter_id: str) -> None:
@@ -275,8 +328,11 @@ class RecycleClient:
         return self._json("POST", "/v1/adapters/train", json=params)
 
     # ------------------------------------------------------------------ jobs
-    def submit_job(self, kind: str, params: JsonDict) -> JsonDict:
-        return self._json("POST", "/v1/jobs", json={"kind": kind, "params": params})
+    def submit_job(self, kind: str, params: JsonDict, *, max_attempts: int | None = None) -> JsonDict:
+        body: JsonDict = {"kind": kind, "params": params}
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        return self._json("POST", "/v1/jobs", json=body)
 
     def list_jobs(self, **filters: Any) -> JsonDict:
         return self._json("GET", "/v1/jobs", params=self._params(**filters))
@@ -287,22 +343,29 @@ class RecycleClient:
     def cancel_job(self, job_id: str) -> JsonDict:
         return self._json("POST", f"/v1/jobs/{job_id}/cancel")
 
+    def retry_job(self, job_id: str) -> JsonDict:
+        """Queue a FAILED or CANCELLED job again (same id and parameters); 409 otherwise."""
+        return self._json("POST", f"/v1/jobs/{job_id}/retry")
+
     def job_events(self, job_id: str, *, timeout: float = 3600.0) -> Iterator[JsonDict]:
         """Server-sent progress events of a job, until its final status event."""
-        with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=timeout) as response:
-            if response.status_code >= 400:
-                response.read()
-                self._raise_for(response)
-            for line in response.iter_lines():
-                if line.startswith("data:"):
-                    yield json.loads(line[5:].strip())
+        try:
+            with self._http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._raise_for(response)
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        yield json.loads(line[5:].strip())
+        except httpx.TransportError as error:
+            raise ConnectionFailedError(0, "ConnectionFailed", f"{self.base_url}: {error}") from error
 
     def _raise_for(self, response: httpx.Response) -> None:
         try:
             body = response.json()
         except ValueError:
             body = {}
-        raise _ERRORS_BY_STATUS.get(response.status_code, ApiError)(
+        raise _error_class(response.status_code)(
             response.status_code, str(body.get("error", "Error")), str(body.get("detail", ""))
         )
 
@@ -346,8 +409,9 @@ class RecycleClient:
     def create_key(self, name: str, role: str) -> JsonDict:
         return self._json("POST", "/v1/keys", json={"name": name, "role": role})
 
-    def list_keys(self) -> JsonDict:
-        return self._json("GET", "/v1/keys")
+    def list_keys(self, *, include_revoked: bool = False, limit: int = 50, offset: int = 0) -> JsonDict:
+        params = {"include_revoked": str(include_revoked).lower(), "limit": limit, "offset": offset}
+        return self._json("GET", "/v1/keys", params=params)
 
     def whoami(self) -> JsonDict:
         return self._json("GET", "/v1/keys/me")
@@ -358,11 +422,15 @@ class RecycleClient:
     def create_webhook(self, url: str, events: list[str]) -> JsonDict:
         return self._json("POST", "/v1/webhooks", json={"url": url, "events": events})
 
-    def list_webhooks(self) -> JsonDict:
-        return self._json("GET", "/v1/webhooks")
+    def list_webhooks(self, limit: int = 50, offset: int = 0) -> JsonDict:
+        return self._json("GET", "/v1/webhooks", params={"limit": limit, "offset": offset})
+
+    def get_webhook(self, webhook_id: int) -> JsonDict:
+        return self._json("GET", f"/v1/webhooks/{webhook_id}")
 
     def delete_webhook(self, webhook_id: str) -> None:
         self._json("DELETE", f"/v1/webhooks/{webhook_id}")
 
-    def list_deliveries(self, webhook_id: str) -> JsonDict:
-        return self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries")
+    def list_deliveries(self, webhook_id: int, limit: int = 50, offset: int = 0) -> JsonDict:
+        params = {"limit": limit, "offset": offset}
+        return self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries", params=params)

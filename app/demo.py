@@ -71,7 +71,7 @@ class EmbeddedService:
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "service.log"
 
-    def __enter__(self) -> "EmbeddedService":
+    def __enter__(self) -> EmbeddedService:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         command = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)]

@@ -99,6 +99,15 @@ class ArtifactCorrupted(AppError):
     code = "ArtifactCorrupted"
 
 
+class ArtifactStoreUnavailable(OSError):
+    """The artifact store failed while writing (disk full, network): 503, nothing was kept.
+
+    An OSError, so the job engine keeps treating it as transient (retried with backoff).
+    """
+
+    code = "ArtifactStoreUnavailable"
+
+
 def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"error": code, "detail": detail, **extra}
 
@@ -156,6 +165,12 @@ async def dbapi_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, sa_exc.DBAPIError)
     if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
         return await database_unavailable_handler(request, exc)
+    if isinstance(exc, sa_exc.DataError):
+        # A value the schema let through but the database cannot hold (a NUL byte in a name,
+        # a number out of the column's range): the caller's input, not a server fault.
+        reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "invalid value"
+        logger.warning("value refused by the database: %s", reason)
+        return _response(400, "InvalidValue", f"a value cannot be stored: {reason}")
     return await internal_error_handler(request, exc)
 
 
@@ -172,6 +187,11 @@ async def http_exception_handler(_request: Request, exc: Exception) -> JSONRespo
     return _response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
 
 
+async def artifact_store_unavailable_handler(_request: Request, exc: Exception) -> JSONResponse:
+    logger.error("artifact store unavailable: %s", exc)
+    return _response(503, ArtifactStoreUnavailable.code, f"the artifact store failed: {exc}")
+
+
 async def internal_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error", exc_info=exc)
     return _response(500, "InternalError", "an internal error occurred")
@@ -186,4 +206,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(sa_exc.DBAPIError, dbapi_error_handler)
     app.add_exception_handler(sa_exc.TimeoutError, database_unavailable_handler)
     app.add_exception_handler(StarletteHTTPException, http_exception_handler)
+    app.add_exception_handler(ArtifactStoreUnavailable, artifact_store_unavailable_handler)
     app.add_exception_handler(Exception, internal_error_handler)

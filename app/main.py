@@ -9,11 +9,17 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.adapters.router import router as adapters_router
+from app.admin.broker import BrokerStats
+from app.admin.router import router as admin_router
+from app.auth.middleware import CredentialsRequiredMiddleware
 from app.auth.router import router as auth_router
 from app.campaigns import service as campaigns_service
 from app.campaigns.router import policy_router as campaign_policy_router
 from app.campaigns.router import router as campaigns_router
 from app.context import install_context
+from app.dashboard.router import STATIC_PATH as DASHBOARD_STATIC_PATH
+from app.dashboard.router import router as dashboard_router
+from app.dashboard.router import static_files as dashboard_static_files
 from app.db.migrate import upgrade_to_head
 from app.db.session import create_db_engine, create_session_factory
 from app.errors import install_error_handlers
@@ -24,6 +30,10 @@ from app.jobs.router import router as jobs_router
 from app.jobs.router import train_router as adapter_training_router
 from app.middleware import BodySizeLimitMiddleware
 from app.models.router import router as models_router
+from app.openapi import install_error_documentation
+from app.observability.metrics import ServiceMetrics
+from app.observability.requests import ObservabilityMiddleware
+from app.observability.router import router as metrics_router
 from app.queue import CeleryDispatcher, broker_probe, create_celery_app
 from app.reports.router import router as reports_router
 from app.settings import Settings, get_settings
@@ -49,6 +59,9 @@ ROUTERS = (
     campaign_policy_router,
     campaigns_router,
     webhooks_router,
+    admin_router,
+    metrics_router,
+    dashboard_router,
 )
 
 
@@ -81,6 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodySizeLimitMiddleware, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES
     )
+    # Outside the size limit: a call without a key is refused before a byte of its body is read.
+    app.add_middleware(CredentialsRequiredMiddleware, settings=settings)
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = create_session_factory(engine)
@@ -95,7 +110,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     add_readiness_check(app, "broker", broker_probe(app.state.celery))
     campaigns_service.install()
     webhooks_service.install()
+    # Operators: queue depth and workers from the broker (cached), Prometheus metrics, request
+    # ids and an access log line per request (outermost middleware: it sees every answer).
+    app.state.broker_stats = BrokerStats(app.state.celery)
+    app.state.metrics = ServiceMetrics(app.state.session_factory, app.state.broker_stats)
+    app.add_middleware(ObservabilityMiddleware, metrics=app.state.metrics.http)
     install_error_handlers(app)
+    install_error_documentation(app)  # the document shows the real error bodies
     for router in ROUTERS:
         app.include_router(router)
+    app.mount(DASHBOARD_STATIC_PATH, dashboard_static_files(), name="dashboard-static")
     return app

@@ -40,7 +40,7 @@ class Page(BaseModel, Generic[T]):
 
 def pagination_params(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")] = DEFAULT_LIMIT,
-    offset: Annotated[int, Query(ge=0, description="rows to skip")] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="rows to skip")] = 0,
 ) -> Pagination:
     return Pagination(limit=limit, offset=offset)
 

@@ -259,6 +259,25 @@ def _mark_undispatched(session: Session, job_ids: list[str]) -> None:
         session.rollback()
 
 
+def broker_instance_id(broker_url: str) -> str | None:
+    """Who the broker is: Redis's ``run_id``, new at every server start; None when unknown.
+
+    A broker without persistence forgets its queued messages when it restarts; the reaper uses
+    this to notice and send the messages of QUEUED jobs again.
+    """
+    if not broker_url.startswith(("redis://", "rediss://")):
+        return None
+    import redis
+
+    client = redis.Redis.from_url(broker_url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        return str(client.info("server")["run_id"])
+    except (redis.exceptions.RedisError, KeyError):
+        return None
+    finally:
+        client.close()
+
+
 def broker_probe(celery: Celery) -> Callable[[Any], None]:
     """A readiness probe that connects to the broker (raises when it is unreachable)."""
 

@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     run_migrations_on_startup: bool | None = None
     """Upgrade the schema to head when the app starts; default: only in embedded mode."""
 
+    # Observability (app.observability): log lines, and who may scrape /metrics.
+    log_format: Literal["json", "text"] = "json"
+    """One JSON object per line (with request and job ids), or readable text."""
+    log_level: str = "INFO"
+    metrics_public: bool = False
+    """Serve /metrics without an API key (a scraper inside the cluster); default: any key."""
+
     @field_validator("data_dir")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

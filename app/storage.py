@@ -20,7 +20,7 @@ from typing import IO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from app.errors import ArtifactCorrupted, NotFound
+from app.errors import ArtifactCorrupted, ArtifactStoreUnavailable, NotFound
 from recycling_core.files import file_manifest, manifest_digest, sha256_file
 
 _HASH_CHUNK = 1024 * 1024
@@ -41,6 +41,11 @@ def _check_relative(relative: str) -> str:
     if not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"unsafe relative path {relative!r}")
     return relative
+
+
+def _store_failure(error: OSError) -> bool:
+    """An I/O failure of the store itself (disk full, network), not a caller's mistake."""
+    return not isinstance(error, (ArtifactStoreUnavailable, FileExistsError, FileNotFoundError))
 
 
 class ArtifactStore:
@@ -108,6 +113,11 @@ class ArtifactStore:
                     self.fs.put_file(str(source / relative), target)
                 self._verify(staging, manifest)
             self._rename(staging, final)
+        except OSError as error:
+            self._remove_quietly(staging)
+            if _store_failure(error):
+                raise ArtifactStoreUnavailable(f"writing {key!r}: {error}") from error
+            raise
         except BaseException:
             self._remove_quietly(staging)
             raise
@@ -130,6 +140,11 @@ class ArtifactStore:
             if self._hash_remote(staging) != digest:
                 raise ArtifactCorrupted(f"stored copy of {source.name} does not match its sha256")
             self._rename(staging, final)
+        except OSError as error:
+            self._remove_quietly(staging)
+            if _store_failure(error):
+                raise ArtifactStoreUnavailable(f"writing {key!r}: {error}") from error
+            raise
         except BaseException:
             self._remove_quietly(staging)
             raise

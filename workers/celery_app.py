@@ -13,9 +13,23 @@ running, so other workers take the rest of the queue.
 
 from __future__ import annotations
 
+from typing import Any
+
+from celery import signals
+
+from app.observability.logs import configure_logging
 from app.queue import create_celery_app
+from app.settings import get_settings
 
 celery_app = create_celery_app()
+
+
+@signals.setup_logging.connect
+def _structured_logs(**_: Any) -> None:
+    """The worker logs like the API: JSON lines (or text), with the job id of the running job."""
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+
 app = celery_app  # ``celery -A workers.celery_app`` finds either name
 
 import workers.tasks  # noqa: E402,F401  (registers recycle.run_job and recycle.deliver_webhook)

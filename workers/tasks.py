@@ -19,6 +19,7 @@ from app.campaigns import service as campaigns_service
 from app.context import install_context
 from app.db.session import create_db_engine, create_session_factory
 from app.jobs.execution import TRANSIENT_ERRORS, WorkerContext, create_worker_context, execute_job
+from app.observability.logs import job_context
 from app.queue import DELIVER_WEBHOOK_TASK, RUN_JOB_TASK, CeleryDispatcher, backoff_delay
 from app.settings import get_settings
 from app.storage import ArtifactStore
@@ -72,10 +73,11 @@ def _retry_or_raise(task: Task, error: BaseException) -> NoReturn:
 @celery_app.task(name=RUN_JOB_TASK, bind=True, ignore_result=True)
 def run_job(self: Task, job_id: str) -> str:
     """Run job ``job_id`` (a no-op when it already ended or runs on a live worker)."""
-    try:
-        return execute_job(worker_context(), job_id)
-    except TRANSIENT_ERRORS as error:
-        _retry_or_raise(self, error)
+    with job_context(job_id):  # every log line of this run carries job_id
+        try:
+            return execute_job(worker_context(), job_id)
+        except TRANSIENT_ERRORS as error:
+            _retry_or_raise(self, error)
 
 
 @celery_app.task(name=DELIVER_WEBHOOK_TASK, bind=True, ignore_result=True)

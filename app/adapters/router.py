@@ -12,6 +12,7 @@ from app.adapters import service
 from app.adapters.schemas import AdapterOut, AdapterUpdate
 from app.auth.dependencies import PlatformDep, ReaderDep
 from app.db import AdapterStatus
+from app.db.base import INT_MAX
 from app.deps import SessionDep, SettingsDep, StoreDep
 from app.forms import incoming, parse_json_field
 from app.models.schemas import Alias
@@ -28,9 +29,12 @@ def register_adapter(
     _: PlatformDep,
     task: Annotated[str, Form(description="task name")],
     model: Annotated[str | None, Form(description="model name (with version)")] = None,
-    version: Annotated[int | None, Form(ge=1, description="model version number")] = None,
+    version: Annotated[
+        int | None, Form(ge=1, le=INT_MAX, description="model version number")
+    ] = None,
     version_id: Annotated[
-        int | None, Form(ge=1, description="model version id (instead of model+version)")
+        int | None,
+        Form(ge=1, le=INT_MAX, description="model version id (instead of model+version)"),
     ] = None,
     name: Annotated[str | None, Form(max_length=128)] = None,
     aliases: Annotated[str | None, Form(description='JSON list, e.g. ["production"]')] = None,
@@ -63,8 +67,8 @@ def list_adapters(
     page: PaginationDep,
     _: ReaderDep,
     model: str | None = None,
-    version: Annotated[int | None, Query(ge=1)] = None,
-    version_id: Annotated[int | None, Query(ge=1)] = None,
+    version: Annotated[int | None, Query(ge=1, le=INT_MAX)] = None,
+    version_id: Annotated[int | None, Query(ge=1, le=INT_MAX)] = None,
     task: str | None = None,
     status_filter: Annotated[AdapterStatus | None, Query(alias="status")] = None,
     alias: str | None = None,

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, status
 
 from app.auth import service
 from app.auth.dependencies import AdminDep, ReaderDep
 from app.auth.schemas import KeyCreate, KeyCreated, KeyOut, PrincipalOut
+from app.db.base import INT_MAX
 from app.deps import SessionDep
 from app.pagination import Page, PaginationDep, page_of
 
 router = APIRouter(prefix="/v1/keys", tags=["auth"])
+
+KeyId = Annotated[int, Path(ge=1, le=INT_MAX)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=KeyCreated)
@@ -35,5 +40,5 @@ def who_am_i(principal: ReaderDep) -> PrincipalOut:
 
 
 @router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_key(key_id: int, session: SessionDep, _: AdminDep) -> None:
+def revoke_key(key_id: KeyId, session: SessionDep, _: AdminDep) -> None:
     service.revoke_key(session, key_id)

@@ -53,6 +53,11 @@ def _split_key(secret: str) -> str | None:
     return prefix
 
 
+def looks_like_key(secret: str) -> bool:
+    """Whether ``secret`` has the shape of a key (``rk_<prefix>_<random>``); no lookup."""
+    return _split_key(secret) is not None
+
+
 def create_key(session: Session, name: str, role: Role | str) -> CreatedKey:
     """Create an API key; the returned secret is never stored and cannot be shown again."""
     name = name.strip()

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.db import CampaignStatus
+from app.db.base import INT_MAX
 from app.jobs.schemas import JobOut, RecycleMethodName, TrainingParams
 
 
@@ -51,7 +52,9 @@ class PolicyIn(_Strict):
     step_budget: int = Field(
         default=200, ge=1, le=10_000_000, description="training steps per method"
     )
-    few_shot: int | None = Field(default=None, ge=1, description="labelled examples per class")
+    few_shot: int | None = Field(
+        default=None, ge=1, le=INT_MAX, description="labelled examples per class"
+    )
     fresh_baseline: bool = Field(
         default=True, description="also tune from scratch, for speedup and gates"
     )
@@ -87,14 +90,14 @@ class CampaignCreate(_Strict):
     """Recycle a model's adapters from one version to another; unset fields follow the policy."""
 
     model: str
-    from_version: int = Field(ge=1)
-    to_version: int = Field(ge=1)
+    from_version: int = Field(ge=1, le=INT_MAX)
+    to_version: int = Field(ge=1, le=INT_MAX)
     adapter_ids: list[str] | None = Field(
         default=None, description="only these adapters (default: all READY)"
     )
     methods: list[RecycleMethodName] | None = Field(default=None, min_length=1)
     step_budget: int | None = Field(default=None, ge=1, le=10_000_000)
-    few_shot: int | None = Field(default=None, ge=1)
+    few_shot: int | None = Field(default=None, ge=1, le=INT_MAX)
     fresh_baseline: bool | None = None
     gates: Gates | None = None
     training: TrainingParams | None = None

@@ -56,7 +56,7 @@ from app.events import ModelVersionRegistered, record_event, subscribe
 from app.jobs import service as jobs_service
 from app.jobs.repository import JobRepository
 from app.jobs.schemas import InterpolationJobParams, RecycleJobParams, TrainingParams
-from app.jobs.service import JobFinished
+from app.jobs.service import JobFinished, JobRetried
 from app.models import service as models_service
 from app.pagination import Paged, Pagination
 from app.settings import Settings, get_settings
@@ -871,7 +871,19 @@ def advance_running_campaigns(session_factory: Any) -> int:
     return len(campaign_ids)
 
 
+def on_job_retried(session: Session, event: JobRetried) -> None:
+    """A job of a finished campaign runs again: the campaign is RUNNING until it ends again."""
+    if event.campaign_id is None:
+        return
+    campaign = CampaignRepository(session).lock(event.campaign_id)
+    if campaign is not None and campaign.status.is_terminal:
+        logger.info("campaign %s: reopened, job %s is retried", campaign.id, event.job_id)
+        campaign.status = CampaignStatus.RUNNING
+        campaign.finished_at = None
+
+
 def install() -> None:
     """Subscribe the campaign engine to registry and job events (idempotent)."""
     subscribe(ModelVersionRegistered, on_version_registered)
     subscribe(JobFinished, on_job_finished)
+    subscribe(JobRetried, on_job_retried)

@@ -63,6 +63,11 @@ JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 SHA256 = sa.String(64)
 
+INT_MAX = 2**31 - 1
+"""Largest INTEGER column value (ids, version numbers): the API refuses bigger ones (422)."""
+SEED_MAX = 2**32 - 1
+"""Largest random seed the training stack accepts."""
+
 
 class Base(DeclarativeBase):
     """Declarative base of every registry table (one metadata for Alembic)."""

@@ -12,7 +12,10 @@ registry is the source of truth: a RUNNING job whose heartbeat is older than
 Each change is one compare-and-set in its own transaction: a worker that comes back to life, a
 redelivered message and a second reaper (several API processes) cannot double-act. The same
 pass re-sends messages that were never sent (broker down at commit time) or are long overdue,
-steps unfinished campaigns, and re-sends overdue webhook deliveries.
+steps unfinished campaigns, and re-sends overdue webhook deliveries. When the broker restarted
+since the last pass (Redis's ``run_id`` changed: a Redis without persistence comes back empty),
+every QUEUED job and PENDING delivery gets its message again at once instead of waiting for
+``queued_redispatch_seconds`` (running a message twice is a no-op).
 
 :func:`run_maintenance` is one pass (tests call it); :class:`Reaper` runs it periodically in
 the API process (a lifespan background task).
@@ -31,7 +34,7 @@ from app.db.session import SessionFactory, transaction
 from app.events import record_event
 from app.jobs.repository import JobRepository
 from app.jobs.service import JobFinished
-from app.queue import enqueue_job
+from app.queue import broker_instance_id, enqueue_job
 from app.settings import Settings
 from app.webhooks import service as webhooks_service
 
@@ -117,10 +120,18 @@ def reap_lost_jobs(
 
 
 def redispatch_queued_jobs(
-    session_factory: SessionFactory, settings: Settings, *, now: dt.datetime | None = None
+    session_factory: SessionFactory,
+    settings: Settings,
+    *,
+    now: dt.datetime | None = None,
+    everything: bool = False,
 ) -> list[str]:
-    """Send again the messages of QUEUED jobs never sent, or sent long ago and still waiting."""
-    before = (now or utcnow()) - dt.timedelta(seconds=settings.queued_redispatch_seconds)
+    """Send again the messages of QUEUED jobs never sent, or sent long ago and still waiting.
+
+    ``everything``: every QUEUED job's message (the broker restarted and lost its queues).
+    """
+    delay = 0.0 if everything else settings.queued_redispatch_seconds
+    before = (now or utcnow()) - dt.timedelta(seconds=delay)
     with transaction(session_factory) as session:
         job_ids = JobRepository(session).undispatched(before)
     sent = []
@@ -137,15 +148,25 @@ def redispatch_queued_jobs(
 
 
 def run_maintenance(
-    session_factory: SessionFactory, settings: Settings, *, now: dt.datetime | None = None
+    session_factory: SessionFactory,
+    settings: Settings,
+    *,
+    now: dt.datetime | None = None,
+    broker_restarted: bool = False,
 ) -> MaintenanceReport:
-    """One pass of everything the reaper does."""
+    """One pass of everything the reaper does.
+
+    ``broker_restarted``: the broker came back empty, so every QUEUED job and PENDING webhook
+    delivery gets its message again now (running one twice is a no-op).
+    """
     report = reap_lost_jobs(session_factory, settings, now=now)
     for name, step in (
         (
             "redispatch",
             lambda: report.redispatched.extend(
-                redispatch_queued_jobs(session_factory, settings, now=now)
+                redispatch_queued_jobs(
+                    session_factory, settings, now=now, everything=broker_restarted
+                )
             ),
         ),
         (
@@ -159,7 +180,11 @@ def run_maintenance(
         (
             "webhooks",
             lambda: setattr(
-                report, "deliveries_resent", webhooks_service.resend_overdue(session_factory)
+                report,
+                "deliveries_resent",
+                webhooks_service.resend_overdue(
+                    session_factory, **({"grace_seconds": 0.0} if broker_restarted else {})
+                ),
             ),
         ),
     ):
@@ -170,12 +195,31 @@ def run_maintenance(
     return report
 
 
+class BrokerWatch:
+    """Tells when the broker restarted since the last look (its instance id changed)."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.broker_url = broker_url
+        self._seen: str | None = None
+
+    def restarted(self) -> bool:
+        current = broker_instance_id(self.broker_url)
+        if current is None:  # down, or a broker that cannot tell: decide on the next look
+            return False
+        restarted = self._seen is not None and current != self._seen
+        if restarted:
+            logger.warning("the broker restarted; sending the messages of waiting work again")
+        self._seen = current
+        return restarted
+
+
 class Reaper:
     """Runs :func:`run_maintenance` every ``reaper_interval_seconds`` in a background task."""
 
     def __init__(self, session_factory: SessionFactory, settings: Settings) -> None:
         self.session_factory = session_factory
         self.settings = settings
+        self.broker = BrokerWatch(settings.broker_url)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -195,8 +239,12 @@ class Reaper:
         while True:
             await asyncio.sleep(self.settings.reaper_interval_seconds)
             try:
+                restarted = await asyncio.to_thread(self.broker.restarted)
                 report = await asyncio.to_thread(
-                    run_maintenance, self.session_factory, self.settings
+                    run_maintenance,
+                    self.session_factory,
+                    self.settings,
+                    broker_restarted=restarted,
                 )
                 if report.requeued or report.failed or report.cancelled or report.redispatched:
                     logger.info("reaper: %s", report)

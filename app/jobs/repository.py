@@ -212,3 +212,9 @@ class JobRepository:
 
     def request_cancel(self, job_id: str) -> bool:
         return self._update(job_id, (Job.status == JobStatus.RUNNING,), {"cancel_requested": True})
+
+    def requeue_finished(self, job_id: str, values: dict[str, Any]) -> bool:
+        """FAILED or CANCELLED → QUEUED again (a manual retry); False when it is in another state."""
+        return self._update(
+            job_id, (Job.status.in_([JobStatus.FAILED, JobStatus.CANCELLED]),), values
+        )

@@ -1,4 +1,4 @@
-"""``/v1/jobs`` (create any kind, list, read, follow, cancel) and ``POST /v1/adapters/train``."""
+"""``/v1/jobs`` (create any kind, list, read, follow, cancel, retry) and ``POST /v1/adapters/train``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,12 @@ def job_events(
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
 def cancel_job(job_id: str, session: SessionDep, _: PlatformDep) -> JobOut:
     return JobOut.model_validate(service.cancel_job(session, job_id))
+
+
+@router.post("/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
+def retry_job(job_id: str, session: SessionDep, settings: SettingsDep, _: PlatformDep) -> JobOut:
+    """A FAILED or CANCELLED job runs again: same id and parameters, a fresh attempt budget."""
+    return JobOut.model_validate(service.retry_job(session, settings, job_id))
 
 
 @train_router.post("/train", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)

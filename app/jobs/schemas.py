@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.db import Job, JobKind, JobQueue, JobStatus
+from app.db.base import INT_MAX, SEED_MAX
 from app.models.schemas import Alias
 
 RecycleMethodName = Literal["direct", "init", "distill", "init_distill", "fresh"]
@@ -27,16 +28,16 @@ class TrainingParams(_Strict):
     weight_decay: float | None = Field(default=None, ge=0)
     warmup_ratio: float | None = Field(default=None, ge=0, lt=1)
     schedule: Literal["linear", "cosine", "constant"] | None = None
-    grad_accumulation: int | None = Field(default=None, ge=1)
-    eval_every: int | None = Field(default=None, ge=1)
-    eval_batch_size: int | None = Field(default=None, ge=1)
+    grad_accumulation: int | None = Field(default=None, ge=1, le=INT_MAX)
+    eval_every: int | None = Field(default=None, ge=1, le=INT_MAX)
+    eval_batch_size: int | None = Field(default=None, ge=1, le=INT_MAX)
     max_length: int | None = Field(default=None, ge=8, le=131_072)
     max_grad_norm: float | None = Field(default=None, ge=0)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     distill_alpha: float | None = Field(default=None, ge=0, le=1)
     distill_temperature: float | None = Field(default=None, gt=0)
     hidden_mse_weight: float | None = Field(default=None, ge=0)
-    checkpoint_every: int | None = Field(default=None, ge=1)
+    checkpoint_every: int | None = Field(default=None, ge=1, le=INT_MAX)
     device: Literal["auto", "cpu", "cuda"] | None = None
 
     def overrides(self) -> dict[str, Any]:
@@ -48,7 +49,7 @@ class AdapterParams(_Strict):
 
     peft: Literal["lora", "ia3", "prompt", "full"] = "lora"
     lora_rank: int = Field(default=8, ge=1, le=4096)
-    lora_alpha: int = Field(default=16, ge=1)
+    lora_alpha: int = Field(default=16, ge=1, le=INT_MAX)
     lora_dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[str] | None = None
     num_virtual_tokens: int = Field(default=8, ge=1, le=4096)
@@ -57,14 +58,18 @@ class AdapterParams(_Strict):
 class TrainJobParams(_Strict):
     """Tune a fresh adapter on a model version for a task."""
 
-    model_version_id: int | None = Field(default=None, ge=1, description="or model + version")
+    model_version_id: int | None = Field(
+        default=None, ge=1, le=INT_MAX, description="or model + version"
+    )
     model: str | None = None
-    version: int | None = Field(default=None, ge=1)
-    task_id: int | None = Field(default=None, ge=1, description="or task (name)")
+    version: int | None = Field(default=None, ge=1, le=INT_MAX)
+    task_id: int | None = Field(default=None, ge=1, le=INT_MAX, description="or task (name)")
     task: str | None = None
     adapter: AdapterParams = Field(default_factory=AdapterParams)
     training: TrainingParams = Field(default_factory=TrainingParams)
-    few_shot: int | None = Field(default=None, ge=1, description="labelled examples per class")
+    few_shot: int | None = Field(
+        default=None, ge=1, le=INT_MAX, description="labelled examples per class"
+    )
     name: str | None = Field(
         default=None, max_length=128, description="name of the produced adapter"
     )
@@ -77,20 +82,20 @@ class CompatibilityJobParams(_Strict):
     """Measure how an adapter does on another (upgraded) model version without training."""
 
     adapter_id: str
-    to_version_id: int = Field(ge=1)
+    to_version_id: int = Field(ge=1, le=INT_MAX)
     split: Split = "test"
     fresh_score: float | None = Field(default=None, description="fresh baseline score (recovery)")
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
 
 
 class RecycleJobParams(_Strict):
     """Recycle an adapter for another (upgraded) model version with one method."""
 
     adapter_id: str
-    to_version_id: int = Field(ge=1)
+    to_version_id: int = Field(ge=1, le=INT_MAX)
     method: RecycleMethodName
     training: TrainingParams = Field(default_factory=TrainingParams)
-    few_shot: int | None = Field(default=None, ge=1)
+    few_shot: int | None = Field(default=None, ge=1, le=INT_MAX)
     target: float | None = Field(default=None, description="dev metric of convergence")
     name: str | None = Field(default=None, max_length=128)
     aliases: list[Alias] = Field(default_factory=list)
@@ -104,7 +109,7 @@ class InterpolationJobParams(_Strict):
     mode: Literal["model", "adapter"] = "model"
     points: int = Field(default=11, ge=2, le=101)
     split: Split = "test"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
 
 
 class SimilarityJobParams(_Strict):
@@ -113,7 +118,7 @@ class SimilarityJobParams(_Strict):
     old_adapter_id: str
     new_adapter_id: str
     probes: int = Field(default=32, ge=1, le=4096)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
 
 
 class _JobCreate(_Strict):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from app.settings import Settings
 from app.tasks import service as tasks_service
 from recycling_core.adaptation import AdapterOptions
 from recycling_core.training import TrainingConfig
+
+logger = logging.getLogger(__name__)
 
 QUEUE_BY_KIND: dict[JobKind, JobQueue] = {
     JobKind.TRAIN: JobQueue.GPU,
@@ -325,6 +328,72 @@ def cancel_job(session: Session, job_id: str) -> Job:
         f"job {job_id} is {finished.status}; only QUEUED or RUNNING jobs can be cancelled",
         code="JobFinished",
     )
+
+
+# --------------------------------------------------------------------------- retry
+
+
+@dataclass(frozen=True)
+class JobRetried:
+    """A FAILED or CANCELLED job was queued again by hand (its campaign, if any, reopens)."""
+
+    job_id: str
+    kind: JobKind
+    campaign_id: str | None
+    previous_status: JobStatus
+    previous_error: str | None
+
+
+def retry_job(session: Session, settings: Settings, job_id: str) -> Job:
+    """FAILED or CANCELLED → QUEUED: a new attempt of the same job (same id, same parameters).
+
+    The job keeps its id, so a campaign finds it under its key and takes it into account when
+    it ends; it gets a fresh budget of ``settings.job_max_attempts`` runs, its error is cleared
+    (and logged) and its message is sent after commit. Any other state: 409.
+    """
+    repository = JobRepository(session)
+    job = get_job(session, job_id)
+    if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+        raise Conflict(
+            f"job {job_id} is {job.status}; only FAILED or CANCELLED jobs can be retried",
+            code="JobNotRetryable",
+        )
+    previous_status = job.status
+    previous_error = f"{job.error_code}: {job.error_message}" if job.error_code else None
+    retried_from = {
+        "status": previous_status.value,
+        "error_code": job.error_code,
+        "error_message": job.error_message,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "attempts": job.attempts,
+    }
+    if not repository.requeue_finished(
+        job_id,
+        {
+            "status": JobStatus.QUEUED,
+            "worker": None,
+            "cancel_requested": False,
+            "started_at": None,
+            "finished_at": None,
+            "heartbeat_at": None,
+            "error_code": None,
+            "error_message": None,
+            "progress": {"retried_from": retried_from},
+            "max_attempts": job.attempts + settings.job_max_attempts,
+        },
+    ):
+        raise Conflict(f"job {job_id} changed state meanwhile; retry again", code="JobNotRetryable")
+    retried = repository.get_fresh(job_id)
+    assert retried is not None
+    enqueue_job(session, retried)
+    logger.info(
+        "job %s: retried by hand after %s (%s)", job_id, previous_status, previous_error or "-"
+    )
+    record_event(
+        session,
+        JobRetried(job_id, retried.kind, retried.campaign_id, previous_status, previous_error),
+    )
+    return retried
 
 
 # --------------------------------------------------------------------------- follow (SSE)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from fastapi import APIRouter, File, Form, Path, Query, UploadFile, status
 
 from app.auth.dependencies import PlatformDep, ReaderDep
 from app.db import VersionStatus
+from app.db.base import INT_MAX
 from app.deps import SessionDep, SettingsDep, StoreDep
 from app.forms import incoming, parse_json_field
 from app.models import service
@@ -15,6 +16,8 @@ from app.models.schemas import Alias, ModelCreate, ModelOut, TagMap, VersionOut,
 from app.pagination import Page, PaginationDep, page_of
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
+
+VersionNumber = Annotated[int, Path(ge=1, le=INT_MAX)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelOut)
@@ -60,7 +63,7 @@ def register_version(
         Form(description="directory or archive the server can read (path or fsspec URL)"),
     ] = None,
     parent_version: Annotated[
-        int | None, Form(ge=1, description="the version this one upgrades")
+        int | None, Form(ge=1, le=INT_MAX, description="the version this one upgrades")
     ] = None,
     tags: Annotated[str | None, Form(description='JSON object, e.g. {"stage": "cpt-1"}')] = None,
     aliases: Annotated[str | None, Form(description='JSON list, e.g. ["latest"]')] = None,
@@ -95,13 +98,15 @@ def list_versions(
 
 
 @router.get("/{model}/versions/{version}", response_model=VersionOut)
-def get_version(model: str, version: int, session: SessionDep, _: ReaderDep) -> VersionOut:
+def get_version(
+    model: str, version: VersionNumber, session: SessionDep, _: ReaderDep
+) -> VersionOut:
     return VersionOut.model_validate(service.get_version(session, model, version))
 
 
 @router.patch("/{model}/versions/{version}", response_model=VersionOut)
 def update_version(
-    model: str, version: int, body: VersionUpdate, session: SessionDep, _: PlatformDep
+    model: str, version: VersionNumber, body: VersionUpdate, session: SessionDep, _: PlatformDep
 ) -> VersionOut:
     row = service.update_version(
         session,
@@ -116,7 +121,7 @@ def update_version(
 
 
 @router.delete("/{model}/versions/{version}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_version(model: str, version: int, session: SessionDep, _: PlatformDep) -> None:
+def delete_version(model: str, version: VersionNumber, session: SessionDep, _: PlatformDep) -> None:
     service.delete_version(session, model, version)
 
 

@@ -193,6 +193,9 @@ API_CASES = [
     "device",
     "zip_bomb_ratio",
     "zip_symlink",
+    "fifo",
+    "tar_bomb_ratio",
+    "zip_traversal",
 ]
 
 

@@ -68,6 +68,11 @@ def test_csv_splits_are_accepted(client, tmp_path):
             "unknown label",
         ),
         ("malformed_jsonl", {"train": b'{"text": "a", "label": \n'}, "train"),
+        ("unknown_dev_label", {"dev": b'{"text": "hello there", "label": "cooking"}\n'}, "dev"),
+        ("label_less", {"train": b'{"text": "a b"}\n{"text": "c d"}\n'}, "columns"),
+        ("null_label", {"train": b'{"text": "a b", "label": null}\n'}, "label"),
+        ("all_empty", {"train": b"", "dev": b"", "test": b""}, "empty"),
+        ("blank_lines_only", {"train": b"\n\n  \n"}, "empty"),
     ],
 )
 def test_invalid_dataset_is_400_and_nothing_stored(

@@ -1,0 +1,1 @@
+"""The admin dashboard: server-rendered pages whose scripts call the JSON API with the API key."""
