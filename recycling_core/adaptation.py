@@ -360,13 +360,18 @@ def full_checkpoint_to_delta(info: AdapterInfo, old_base: LoadedBase, directory:
 
 def _checkpoint_aliases(tuned: dict[str, torch.Tensor], parameters: dict[str, Any]) -> dict[str, str]:
     """Map each model parameter name to the checkpoint key holding it (prefixes may differ)."""
+
+    def suffixes(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[i:]) for i in range(len(parts))]
+
+    by_suffix: dict[str, str] = {}
+    for key in tuned:
+        for suffix in suffixes(key):
+            by_suffix.setdefault(suffix, key)
     aliases: dict[str, str] = {}
     for name in parameters:
-        if name in tuned:
-            aliases[name] = name
-            continue
-        for key in tuned:
-            if name.endswith("." + key) or key.endswith("." + name):
-                aliases[name] = key
-                break
+        match = next((s for s in suffixes(name) if s in tuned), None) or by_suffix.get(name)
+        if match is not None:
+            aliases[name] = match
     return aliases
