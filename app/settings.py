@@ -57,6 +57,10 @@ class Settings(BaseSettings):
 
     progress_throttle_seconds: float = Field(default=1.0, ge=0)
     base_model_cache_size: int = Field(default=2, ge=0)
+    compile_training: bool = True
+    """GPU workers train LoRA through torch.compile (docs/benchmarks/performance.md)."""
+    batch_max_adapters: int = Field(default=8, ge=1, le=64)
+    """A worker trains up to this many queued recycle jobs of one base in one batched pass."""
 
     # Job engine (app.jobs, workers): retries, heartbeats and the lost-worker reaper.
     job_max_attempts: int = Field(default=3, ge=1)

@@ -310,7 +310,7 @@ def _attach_full_delta(base: LoadedBase, info: AdapterInfo, *, trainable: bool) 
             if name in head:
                 parameters[name].copy_(tensor.to(parameters[name].dtype))
             else:
-                parameters[name].add_(tensor.to(parameters[name].dtype))
+                parameters[name].add_(tensor.to(parameters[name].device, parameters[name].dtype))
     for parameter in base.model.parameters():
         parameter.requires_grad_(trainable)
     return AdaptedModel(

@@ -12,7 +12,10 @@ import hashlib
 import json
 import os
 import secrets
+import threading
+import time
 import zipfile
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -46,11 +49,33 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     Raises:
         OSError: when the file cannot be opened or read.
     """
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        # Any write to the file changes its ctime (which no caller can set back), so a file with
+        # the same device, inode, size, mtime and ctime has the content hashed before: a worker
+        # does not re-read a multi-GB base model for every job.
+        key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        with _DIGEST_LOCK:
+            known = _DIGESTS.get(key)
+        if known is not None:
+            return known
+        digest = hashlib.sha256()
         while chunk := handle.read(HASH_CHUNK_BYTES):
             digest.update(chunk)
-    return digest.hexdigest()
+    value = digest.hexdigest()
+    if time.time_ns() - max(status.st_mtime_ns, status.st_ctime_ns) < _SETTLED_NS:
+        return value  # written just now: a write in the same clock tick would keep the key
+    with _DIGEST_LOCK:
+        _DIGESTS[key] = value
+        while len(_DIGESTS) > _DIGEST_MEMO_SIZE:
+            _DIGESTS.popitem(last=False)
+    return value
+
+
+_DIGEST_MEMO_SIZE = 4096
+_SETTLED_NS = 2_000_000_000
+_DIGESTS: OrderedDict[tuple[int, ...], str] = OrderedDict()
+_DIGEST_LOCK = threading.Lock()
 
 
 def _require_directory(directory: str | os.PathLike[str]) -> Path:

@@ -225,6 +225,9 @@ class BaseModelCache:
     """
 
     max_items: int = 2
+    device: str | None = None
+    """Where the cached copies live: ``"cuda"`` keeps them on the GPU, so a job's private copy
+    is a device-to-device copy instead of a load from disk and a host-to-device transfer."""
     _items: OrderedDict[tuple[str, str, HeadSpec], LoadedBase] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     hits: int = 0
@@ -240,6 +243,8 @@ class BaseModelCache:
                 self.hits += 1
         if cached is None:
             cached = load_base_model(info, head, seed=seed)
+            if self.device is not None:
+                cached.model.to(self.device)
             with self._lock:
                 self.misses += 1
                 self._items[key] = cached

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,11 +33,12 @@ from recycling_core.adapters import (
     adapter_manifest,
     inspect_adapter_dir,
 )
+from recycling_core.batched_training import TrainingMember, train_members
 from recycling_core.compat import check_compatibility
 from recycling_core.data import TaskData, few_shot_sample, load_task
-from recycling_core.errors import ConfigError, DatasetError
+from recycling_core.errors import ConfigError, DatasetError, JobCancelled
 from recycling_core.files import manifest_digest
-from recycling_core.methods import get_method
+from recycling_core.methods import RecyclingMethod, get_method
 from recycling_core.metrics import (
     AttentionSimilarityAccumulator,
     CostMeter,
@@ -53,6 +55,7 @@ from recycling_core.metrics import (
     alphas as alpha_grid,
 )
 from recycling_core.models import HeadSpec, LoadedBase, ModelInfo, get_base, inspect_model_dir
+from recycling_core.multilora import batching_obstacle, cast_frozen_linears, interpolation_model
 from recycling_core.reports import Fingerprint, Metrics, Report, TaskScore, WeightDistance
 from recycling_core.tasking import (
     Batch,
@@ -61,8 +64,16 @@ from recycling_core.tasking import (
     TaskFormat,
     autocast_context,
     evaluate,
+    evaluate_slots,
 )
-from recycling_core.training import Progress, RunHooks, Trainer, TrainingConfig, resolve_device
+from recycling_core.training import (
+    CachedTeacher,
+    Progress,
+    RunHooks,
+    TrainingConfig,
+    TrainResult,
+    resolve_device,
+)
 
 REPORT_NAME = RUN_REPORT_NAME
 
@@ -173,15 +184,25 @@ def _load_adapted(
     return attach_adapter(base, adapter, trainable=trainable)
 
 
-def _teacher_forward(teacher: AdaptedModel, task_format: TaskFormat):
-    teacher.model.eval()
-    for parameter in teacher.model.parameters():
+def frozen_teacher(
+    teacher: AdaptedModel, task_format: TaskFormat, device: torch.device, *, cache: bool = True
+) -> CachedTeacher:
+    """The frozen old adapted model as a teacher: adapter merged into its weights (no LoRA path on
+    every forward), linear weights in bf16 on CUDA, logits cached per training example."""
+    model = teacher.model if teacher.peft_type == "PROMPT_TUNING" else teacher.merged_model()
+    model.eval()
+    for parameter in model.parameters():
         parameter.requires_grad_(False)
+    if device.type == "cuda":
+        cast_frozen_linears(model, torch.bfloat16)
+    model.to(device)
 
     def forward(batch: Batch, with_hidden: bool):
-        return task_format.forward(teacher.model, batch, with_hidden=with_hidden)
+        with torch.inference_mode(mode=not with_hidden):
+            logits, hidden = task_format.forward(model, batch, with_hidden=with_hidden)
+        return logits.clone() if not with_hidden else logits, hidden
 
-    return forward
+    return CachedTeacher(forward, classification=cache and task_format.classification)
 
 
 def base_weight_distance(old: LoadedBase, new: LoadedBase) -> WeightDistance:
@@ -220,8 +241,10 @@ def train_adapter(request: TrainRequest, hooks: RunHooks | None = None) -> Repor
     adapted = new_adapter(base, request.adapter, _label2id(task), seed=config.seed)
     task_format = TaskFormat(task, base.tokenizer, base_info.kind, max_length=config.max_length)
     train_features = task_format.encode(task.train)
-    trainer = Trainer(adapted, task_format, train_features, task_format.encode(task.dev), config, hooks)
-    result = trainer.run()
+    member = TrainingMember(adapted, task_format, train_features, task_format.encode(task.dev), config, hooks)
+    result = train_members([member])[0]
+    if isinstance(result, JobCancelled):
+        raise result
     test = _evaluate_split(adapted, task_format, task_format.encode(task.test), "test", device)
     out_dir = Path(request.out_dir)
     adapted.save(out_dir, provenance={"method": "train", "task": task.name})
@@ -394,15 +417,28 @@ class RecycleRequest:
     job_id: str | None = None
 
 
-def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> Report:
-    """Run one recycling method; write the recycled adapter and ``report.json`` to ``out_dir``.
+@dataclass
+class _PreparedRecycle:
+    """A recycling run up to its training: inputs checked, compatibility measured, student ready."""
 
-    Every method first checks the adapter against both bases and measures ``source`` (M0+A0)
-    and ``direct`` (M1+A0) on the test split; training methods then tune on M1 and report test
-    scores, the dev curve and steps to the convergence target (``target`` if given, else 99% of
-    ``fresh_best`` if given, else 99% of the source adapter's dev score).
-    """
-    hooks = hooks or RunHooks()
+    request: RecycleRequest
+    hooks: RunHooks
+    method: RecyclingMethod
+    device: torch.device
+    meter: CostMeter
+    old_info: ModelInfo
+    new_info: ModelInfo
+    original_adapter: AdapterInfo
+    adapter: AdapterInfo
+    full_task: TaskData
+    task: TaskData
+    compat: _Compatibility
+    adapted: AdaptedModel
+    member: TrainingMember | None
+    tokens: int
+
+
+def _prepare_recycle(request: RecycleRequest, hooks: RunHooks, workspace: _Workspace) -> _PreparedRecycle:
     method = get_method(request.method)
     config = request.training
     device = resolve_device(config.device)
@@ -413,107 +449,171 @@ def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> R
     original_adapter = inspect_adapter_dir(request.adapter_dir)
     full_task = load_task(request.task_dir)
     task = _task_with_few_shot(full_task, request.few_shot, config.seed)
-    out_dir = Path(request.out_dir)
-    with ExitStack() as stack:
-        workspace = _Workspace(stack)
-        compat, adapter = _measure_compatibility(
-            original_adapter, old_info, new_info, task, hooks, seed=config.seed, device=device,
-            split="test", workspace=workspace, trainable_direct=method.starts_from_old and method.trains,
-            max_length=config.max_length,  # the same truncation as train_adapter (TrainingConfig)
-        )
+    compat, adapter = _measure_compatibility(
+        original_adapter, old_info, new_info, task, hooks, seed=config.seed, device=device,
+        split="test", workspace=workspace, trainable_direct=method.starts_from_old and method.trains,
+        max_length=config.max_length,  # the same truncation as train_adapter (TrainingConfig)
+    )
+    tokens = compat.source.tokens + compat.direct.tokens + compat.source_dev.tokens
+    adapted = compat.direct_model
+    member = None
+    if method.trains:
+        hooks.check_cancel()
+        if not method.starts_from_old:
+            fresh_base = get_base(new_info, _head_for(task), seed=config.seed, cache=hooks.cache)
+            adapted = new_adapter(fresh_base, adapter_options_like(adapter), _label2id(task), seed=config.seed)
         task_format = compat.task_format
-        test_features = task_format.encode(task.test)
-        tokens = compat.source.tokens + compat.direct.tokens + compat.source_dev.tokens
-        provenance = {
-            "method": method.name,
-            "recycled_from": original_adapter.fingerprint,
-            "old_base_fingerprint": old_info.fingerprint,
-        }
-        curve = None
-        convergence = None
-        dev_score: TaskScore | None = None
-        if not method.trains:
-            adapted = compat.direct_model
-            test_score = compat.direct.score
+        teacher = frozen_teacher(compat.old_model, task_format, device) if method.distills else None
+        compat.old_model.model.to("cpu")
+        member = TrainingMember(
+            student=adapted,
+            task_format=task_format,
+            train_features=task_format.encode(task.train),
+            dev_features=task_format.encode(task.dev),
+            config=config,
+            hooks=hooks,
+            teacher=teacher,
+        )
+    return _PreparedRecycle(
+        request, hooks, method, device, meter, old_info, new_info, original_adapter, adapter,
+        full_task, task, compat, adapted, member, tokens,
+    )  # fmt: skip
+
+
+def _finish_recycle(prepared: _PreparedRecycle, result: TrainResult | None) -> Report:
+    """Test the recycled adapter, write it and its report."""
+    request, compat, adapted = prepared.request, prepared.compat, prepared.adapted
+    task_format = compat.task_format
+    tokens = prepared.tokens
+    curve = None
+    convergence = None
+    dev_score: TaskScore | None = None
+    if result is None:
+        test_score = compat.direct.score
+    else:
+        tokens += result.cost.tokens
+        curve = result.curve
+        dev_score = result.best_dev
+        test_eval = _evaluate_split(
+            adapted, task_format, task_format.encode(prepared.task.test), "test", prepared.device
+        )
+        tokens += test_eval.tokens
+        test_score = test_eval.score
+        if request.target is not None:
+            target, source_name = request.target, "given"
         else:
-            hooks.check_cancel()
-            if method.starts_from_old:
-                adapted = compat.direct_model
-            else:
-                fresh_base = get_base(new_info, _head_for(task), seed=config.seed, cache=hooks.cache)
-                adapted = new_adapter(
-                    fresh_base, adapter_options_like(adapter), _label2id(task), seed=config.seed
-                )
-            teacher = _teacher_forward(compat.old_model, task_format) if method.distills else None
-            if teacher is None:
-                compat.old_model.model.to("cpu")
-            trainer = Trainer(
-                adapted,
-                task_format,
-                task_format.encode(task.train),
-                task_format.encode(task.dev),
-                config,
-                hooks,
-                teacher=teacher,
-            )
-            result = trainer.run()
-            tokens += result.cost.tokens
-            curve = result.curve
-            dev_score = result.best_dev
-            test_eval = _evaluate_split(adapted, task_format, test_features, "test", device)
-            tokens += test_eval.tokens
-            test_score = test_eval.score
-            if request.target is not None:
-                target, source_name = request.target, "given"
-            else:
-                target, source_name = default_target(
-                    fresh_best=request.fresh_best, source=compat.source_dev.score.primary
-                )
-            convergence = convergence_metrics(
-                result.curve.points, target, source_name, request.fresh_steps_to_target  # type: ignore[arg-type]
-            )
-        if adapted.label2id is None:
-            # an input without label2id.json (e.g. a full checkpoint of a causal LM): the
-            # recycled adapter was checked and scored with the task's label order; record it
-            adapted.label2id = _label2id(task)
-        staging = out_dir.with_name(out_dir.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        adapted.save(staging, provenance=provenance)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    meter.add_tokens(tokens)
+            target, source_name = default_target(fresh_best=request.fresh_best, source=compat.source_dev.score.primary)
+        convergence = convergence_metrics(
+            result.curve.points, target, source_name, request.fresh_steps_to_target  # type: ignore[arg-type]
+        )
+    if adapted.label2id is None:
+        # an input without label2id.json (e.g. a full checkpoint of a causal LM): the
+        # recycled adapter was checked and scored with the task's label order; record it
+        adapted.label2id = _label2id(prepared.task)
+    out_dir = Path(request.out_dir)
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    adapted.save(
+        staging,
+        provenance={
+            "method": prepared.method.name,
+            "recycled_from": prepared.original_adapter.fingerprint,
+            "old_base_fingerprint": prepared.old_info.fingerprint,
+        },
+    )
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    staging.rename(out_dir)
+    prepared.meter.add_tokens(tokens)
+    output: dict[str, Any] = {
+        "adapter_dir": str(out_dir),
+        "adapter_fingerprint": manifest_digest(adapter_manifest(out_dir)),
+        "few_shot": request.few_shot,
+        "train_examples": len(prepared.task.train),
+    }
+    cost = prepared.meter.stop()
+    if result is not None and "batched_with" in result.extra:
+        output["batched_with"] = int(result.extra["batched_with"])
+        cost = cost.model_copy(update={"wall_seconds": cost.wall_seconds - result.extra["batch_wall_seconds"]
+                                       + result.cost.wall_seconds})
     report = _new_report(
         "recycle",
-        config,
-        device,
+        request.training,
+        prepared.device,
         job_id=request.job_id,
-        method=method.name,
-        peft_type=adapter.peft_type,
+        method=prepared.method.name,
+        peft_type=prepared.adapter.peft_type,
         fingerprints=[
-            _model_fingerprint("old_base", old_info),
-            _model_fingerprint("new_base", new_info),
-            _adapter_fingerprint("adapter", original_adapter),
-            *_task_fingerprints(full_task),
+            _model_fingerprint("old_base", prepared.old_info),
+            _model_fingerprint("new_base", prepared.new_info),
+            _adapter_fingerprint("adapter", prepared.original_adapter),
+            *_task_fingerprints(prepared.full_task),
         ],
         metrics=Metrics(
             test=test_score,
             dev=dev_score,
-            compatibility=_compatibility_metrics(compat, task, "test", request.fresh_test),
+            compatibility=_compatibility_metrics(compat, prepared.task, "test", request.fresh_test),
             convergence=convergence,
             weight_distance=compat.distance,
         ),
         curve=curve,
-        cost=meter.stop(),
-        output={
-            "adapter_dir": str(out_dir),
-            "adapter_fingerprint": manifest_digest(adapter_manifest(out_dir)),
-            "few_shot": request.few_shot,
-            "train_examples": len(task.train),
-        },
+        cost=cost,
+        output=output,
     )
     report.write(out_dir / REPORT_NAME)
     return report
+
+
+def recycle_adapter(request: RecycleRequest, hooks: RunHooks | None = None) -> Report:
+    """Run one recycling method; write the recycled adapter and ``report.json`` to ``out_dir``.
+
+    Every method first checks the adapter against both bases and measures ``source`` (M0+A0)
+    and ``direct`` (M1+A0) on the test split; training methods then tune on M1 and report test
+    scores, the dev curve and steps to the convergence target (``target`` if given, else 99% of
+    ``fresh_best`` if given, else 99% of the source adapter's dev score).
+    """
+    report = recycle_adapters([request], [hooks or RunHooks()])[0]
+    if isinstance(report, BaseException):
+        raise report
+    return report
+
+
+def recycle_adapters(
+    requests: Sequence[RecycleRequest], hooks: Sequence[RunHooks]
+) -> list[Report | BaseException]:
+    """Recycle several adapters; those that train on one base share one batched pass.
+
+    Each request gets its own report or the error that stopped it (a bad adapter fails only its
+    own request). Training members that cannot share a pass train one after another.
+    """
+    if len(requests) != len(hooks):
+        raise ConfigError("one RunHooks per request", field="hooks")
+    outcomes: list[Report | BaseException | None] = [None] * len(requests)
+    with ExitStack() as stack:
+        workspace = _Workspace(stack)
+        prepared: dict[int, _PreparedRecycle] = {}
+        for index, (request, run_hooks) in enumerate(zip(requests, hooks)):
+            try:
+                prepared[index] = _prepare_recycle(request, run_hooks, workspace)
+            except Exception as error:
+                if len(requests) == 1:
+                    raise
+                outcomes[index] = error
+        training = [index for index, item in prepared.items() if item.member is not None]
+        members = [prepared[index].member for index in training]
+        results = dict(zip(training, train_members(members))) if members else {}  # type: ignore[arg-type]
+        for index, item in prepared.items():
+            result = results.get(index)
+            if isinstance(result, JobCancelled):
+                outcomes[index] = result
+                continue
+            try:
+                outcomes[index] = _finish_recycle(item, result)
+            except Exception as error:
+                if len(requests) == 1:
+                    raise
+                outcomes[index] = error
+    return [outcome for outcome in outcomes if outcome is not None]
 
 
 # ---------------------------------------------------------------------------- pairs
@@ -619,7 +719,23 @@ def interpolate(request: InterpolationRequest, hooks: RunHooks | None = None) ->
         end_b = _load_adapted(new_info, pair.new_adapter, task, hooks, seed=request.seed)
         task_format = TaskFormat(task, pair.old_base.tokenizer, new_info.kind)
         features = task_format.encode(task.split(request.split))
-        if end_a.peft_type == "PROMPT_TUNING" or end_b.peft_type == "PROMPT_TUNING":
+        grid = alpha_grid(request.points)
+        losses: list[float] = []
+        metrics: list[float] = []
+        if request.mode == "adapter" and _sweep_batchable(end_a, end_b, task):
+            hooks.check_cancel()
+            batched = interpolation_model(end_a.model, end_b.model, grid)  # type: ignore[arg-type]
+            if device.type == "cuda":
+                batched.cast_frozen_linears(torch.bfloat16)
+                batched.use_fast_attention()
+            batched.to(device)
+            results = evaluate_slots(batched, task_format, features, split=request.split, device=device)
+            for index, (alpha, result) in enumerate(zip(grid, results)):
+                meter.add_tokens(result.tokens)
+                losses.append(result.score.loss)
+                metrics.append(result.score.primary)
+                hooks.report(Progress("interpolate", index + 1, len(grid), {"alpha": alpha, "metric": metrics[-1]}, None))
+        elif end_a.peft_type == "PROMPT_TUNING" or end_b.peft_type == "PROMPT_TUNING":
             if end_a.peft_type != end_b.peft_type:
                 raise ConfigError("both adapters must be prompt tuning to interpolate prompts", field="peft_type")
             live, state_a, state_b = end_b.model, _state(end_a.model), _state(end_b.model)
@@ -627,21 +743,9 @@ def interpolate(request: InterpolationRequest, hooks: RunHooks | None = None) ->
             live, state_b = _merged_parameters(end_b)
             _, state_a = _merged_parameters(end_a)
             del end_a, end_b
-        live.to(device)
-        targets = {k: v for k, v in live.state_dict().items() if torch.is_floating_point(v)}
-        float_a = {k: state_a[k] for k in targets}
-        float_b = {k: state_b[k] for k in targets}
-        losses: list[float] = []
-        metrics: list[float] = []
-        grid = alpha_grid(request.points)
-        for index, alpha in enumerate(grid):
-            hooks.check_cancel()
-            lerp_into_(targets, float_a, float_b, alpha)
-            result = evaluate(live, task_format, features, split=request.split, device=device)
-            meter.add_tokens(result.tokens)
-            losses.append(result.score.loss)
-            metrics.append(result.score.primary)
-            hooks.report(Progress("interpolate", index + 1, len(grid), {"alpha": alpha, "metric": metrics[-1]}, None))
+        if not losses:
+            _sequential_sweep(live, state_a, state_b, task_format, features, grid, request.split, device, hooks, meter,
+                              losses, metrics)
     interpolation = interpolation_metrics(
         request.mode, request.split, grid, losses, metrics,
         "accuracy" if task.kind == "classification" else "exact_match",
@@ -657,6 +761,42 @@ def interpolate(request: InterpolationRequest, hooks: RunHooks | None = None) ->
         metrics=Metrics(interpolation=interpolation),
         cost=meter.stop(),
     )
+
+
+def _sweep_batchable(end_a: AdaptedModel, end_b: AdaptedModel, task: TaskData) -> bool:
+    """Adapter-mode sweeps of two LoRA adapters of a classification task run as one batched pass."""
+    if task.kind != "classification" or not (end_a.is_peft and end_b.is_peft):
+        return False
+    return batching_obstacle([end_a.model, end_b.model], ["shared", "shared"]) is None
+
+
+def _sequential_sweep(
+    live: torch.nn.Module,
+    state_a: dict[str, torch.Tensor],
+    state_b: dict[str, torch.Tensor],
+    task_format: TaskFormat,
+    features: list[Feature],
+    grid: list[float],
+    split: str,
+    device: torch.device,
+    hooks: RunHooks,
+    meter: CostMeter,
+    losses: list[float],
+    metrics: list[float],
+) -> None:
+    """One model in memory, its weights lerped in place for every α (no reload from disk)."""
+    live.to(device)
+    targets = {k: v for k, v in live.state_dict().items() if torch.is_floating_point(v)}
+    float_a = {k: state_a[k].to(device) for k in targets}
+    float_b = {k: state_b[k].to(device) for k in targets}
+    for index, alpha in enumerate(grid):
+        hooks.check_cancel()
+        lerp_into_(targets, float_a, float_b, alpha)
+        result = evaluate(live, task_format, features, split=split, device=device)
+        meter.add_tokens(result.tokens)
+        losses.append(result.score.loss)
+        metrics.append(result.score.primary)
+        hooks.report(Progress("interpolate", index + 1, len(grid), {"alpha": alpha, "metric": metrics[-1]}, None))
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

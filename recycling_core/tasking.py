@@ -124,9 +124,9 @@ class TaskFormat:
             prompt_length=len(prompt_ids),
         )
 
-    def collate(self, features: Sequence[Feature], device: torch.device | str) -> Batch:
-        """Right-pad features into one batch."""
-        width = max(len(feature.input_ids) for feature in features)
+    def collate(self, features: Sequence[Feature], device: torch.device | str, *, width: int | None = None) -> Batch:
+        """Right-pad features into one batch (to ``width`` when given, else to the longest)."""
+        width = max([len(feature.input_ids) for feature in features] + [width or 0])
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         input_ids = torch.full((len(features), width), pad, dtype=torch.long)
         mask = torch.zeros((len(features), width), dtype=torch.long)
@@ -181,9 +181,10 @@ class TaskFormat:
         if with_hidden:
             hidden = outputs.hidden_states[-1]
             hidden = hidden[:, hidden.size(1) - batch.input_ids.size(1) :]
-        return self._task_logits(outputs.logits, batch), hidden
+        return self.task_logits(outputs.logits, batch), hidden
 
-    def _task_logits(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def task_logits(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """What the task reads off a model's raw output logits for this batch."""
         if logits.dim() == 3 and logits.size(1) > batch.input_ids.size(1):
             logits = logits[:, logits.size(1) - batch.input_ids.size(1) :]  # prompt-tuning tokens
         if not self.classification:
@@ -312,6 +313,60 @@ def evaluate(
         result = EvalResult(score=score, predicted_texts=texts, tokens=tokens)
     model.train(was_training)
     return result
+
+
+@torch.no_grad()
+def evaluate_slots(
+    model,
+    task_format: TaskFormat,
+    features: Sequence[Feature],
+    *,
+    split: str,
+    batch_size: int = 32,
+    device: torch.device,
+) -> list[EvalResult]:
+    """Evaluate every slot of a batched multi-LoRA model on the same features in one pass each batch.
+
+    Each batch is repeated once per slot and routed so that copy i goes through slot i; the
+    frozen base is read once per batch for all slots. Classification only (generation metrics
+    need decoding per model).
+    """
+    if not task_format.classification:
+        raise ConfigError("batched evaluation covers classification tasks", field="kind")
+    slots = model.slots
+    was_training = model.training
+    model.eval()
+    losses: list[list[float]] = [[] for _ in range(slots)]
+    predictions: list[list[int]] = [[] for _ in range(slots)]
+    labels: list[int] = []
+    tokens = 0
+    for batch in task_format.batches(features, batch_size, device):
+        model.route(sizes=[batch.size] * slots)
+        with autocast_context(device):
+            raw = model(
+                input_ids=batch.input_ids.repeat(slots, 1), attention_mask=batch.attention_mask.repeat(slots, 1)
+            ).logits
+        for slot, rows in enumerate(torch.split(raw, batch.size, dim=0)):
+            width = model.head_output_width(slot)
+            logits = task_format.task_logits(rows[:, :width] if width and rows.dim() == 2 else rows, batch)
+            losses[slot].extend(task_format.task_loss(logits, batch, reduction="none").tolist())
+            predictions[slot].extend(logits.argmax(dim=-1).tolist())
+        assert batch.class_ids is not None
+        labels.extend(batch.class_ids.tolist())
+        tokens += batch.tokens * slots
+    model.train(was_training)
+    results = []
+    for slot in range(slots):
+        mean_loss = float(sum(losses[slot]) / max(len(losses[slot]), 1))
+        score = task_score(
+            split,
+            mean_loss if math.isfinite(mean_loss) else float("inf"),
+            preds=predictions[slot],
+            labels=labels,
+            num_labels=len(task_format.task.labels),
+        )
+        results.append(EvalResult(score=score, predictions=predictions[slot], labels=labels, tokens=tokens // slots))
+    return results
 
 
 @torch.no_grad()

@@ -95,6 +95,9 @@ class RunHooks:
     should_cancel: Callable[[], bool] | None = None
     checkpoint_dir: Path | None = None
     cache: BaseModelCache | None = None
+    compile_model: bool = False
+    """On CUDA, train LoRA through torch.compile (a runtime choice: it changes speed, not results
+    beyond float rounding; the first job on a model shape pays the compilation)."""
 
     def report(self, progress: Progress) -> None:
         if self.progress is not None:
@@ -105,8 +108,51 @@ class RunHooks:
             raise JobCancelled("the run was cancelled")
 
 
-TeacherForward = Callable[[Batch, bool], tuple[torch.Tensor, torch.Tensor | None]]
-"""A frozen teacher: (task logits, last hidden state when asked) for a batch."""
+TeacherForward = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+"""A frozen teacher: ``(batch, with_hidden)`` → (task logits, last hidden state when asked).
+
+A teacher that also takes the batch's example ``indices`` (like :class:`CachedTeacher`) gets
+them as a keyword.
+"""
+
+
+def call_teacher(
+    teacher: TeacherForward, batch: Batch, with_hidden: bool, indices: Sequence[int] | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if isinstance(teacher, CachedTeacher):
+        return teacher(batch, with_hidden, indices=indices)
+    return teacher(batch, with_hidden)
+
+
+class CachedTeacher:
+    """Remembers a frozen teacher's task logits per training example.
+
+    The teacher runs in eval mode without dropout, so its logits for an example never change;
+    from the second epoch on (few-shot runs see their examples dozens of times) a step costs no
+    teacher forward. Only task logits of classification tasks are kept (a few floats per
+    example); hidden states and generation logits are computed every time.
+    """
+
+    def __init__(self, forward: TeacherForward, classification: bool) -> None:
+        self.forward = forward
+        self.classification = classification
+        self.cache: dict[int, torch.Tensor] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(
+        self, batch: Batch, with_hidden: bool, indices: Sequence[int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if with_hidden or not self.classification or indices is None:
+            return self.forward(batch, with_hidden)
+        if all(index in self.cache for index in indices):
+            self.hits += 1
+            return torch.stack([self.cache[index] for index in indices]), None
+        self.misses += 1
+        logits, _ = self.forward(batch, False)
+        for row, index in enumerate(indices):
+            self.cache[index] = logits[row].detach()
+        return logits, None
 
 
 @dataclass
@@ -175,7 +221,7 @@ def _primary(score: TaskScore) -> float:
     return score.primary
 
 
-def _is_better(score: TaskScore, curve: TrainingCurve) -> bool:
+def is_better(score: TaskScore, curve: TrainingCurve) -> bool:
     """A higher dev metric, or the same metric at a lower dev loss (the earlier step wins ties).
 
     The loss breaks ties because a coarse metric often stays flat for a while (exact match of a
@@ -280,7 +326,7 @@ class Trainer:
             exact_match=not self.task_format.classification,
         ).score
 
-    def _loss(self, batch: Batch) -> torch.Tensor:
+    def _loss(self, batch: Batch, indices: Sequence[int] | None = None) -> torch.Tensor:
         config = self.config
         want_hidden = self.teacher is not None and config.hidden_mse_weight > 0
         with autocast_context(self.device):
@@ -290,7 +336,7 @@ class Trainer:
             loss = self.task_format.task_loss(student_logits, batch)
             if self.teacher is not None:
                 with torch.no_grad():
-                    teacher_logits, teacher_hidden = self.teacher(batch, want_hidden)
+                    teacher_logits, teacher_hidden = call_teacher(self.teacher, batch, want_hidden, indices)
                 kd = self.task_format.distillation_loss(
                     student_logits, teacher_logits, batch, config.distill_temperature
                 )
@@ -331,7 +377,7 @@ class Trainer:
             for _ in range(config.grad_accumulation):
                 indices = next(micro_batches)
                 batch = self.task_format.collate([self.train_features[i] for i in indices], self.device)
-                loss = self._loss(batch) / config.grad_accumulation
+                loss = self._loss(batch, indices) / config.grad_accumulation
                 loss.backward()
                 step_loss += float(loss.detach())
                 tokens += batch.tokens
@@ -348,7 +394,7 @@ class Trainer:
                 curve.points.append(EvalPoint(step=done, tokens=tokens, metric=_primary(score), loss=score.loss))
                 metrics["dev_metric"] = _primary(score)
                 metrics["dev_loss"] = score.loss
-                if _is_better(score, curve):
+                if is_better(score, curve):
                     curve.best_step, curve.best_metric = done, _primary(score)
                     best_state = self.student.trainable_state()
                     best_dev = score

@@ -69,6 +69,7 @@ from recycling_core.pipeline import (
     compatibility_report,
     interpolate,
     recycle_adapter,
+    recycle_adapters,
     train_adapter,
 )
 from recycling_core.reports import Report as ReportDocument
@@ -123,6 +124,13 @@ class WorkerContext:
         return self.settings.data_dir / "work" / job_id
 
 
+def _accelerator() -> str | None:
+    """A GPU worker keeps its cached base models on the GPU (see BaseModelCache.device)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def create_worker_context(
     settings: Settings, session_factory: SessionFactory, store: ArtifactStore | None = None
 ) -> WorkerContext:
@@ -130,7 +138,7 @@ def create_worker_context(
         settings=settings,
         session_factory=session_factory,
         store=store or ArtifactStore(settings.artifact_root),
-        model_cache=BaseModelCache(max_items=settings.base_model_cache_size),
+        model_cache=BaseModelCache(max_items=settings.base_model_cache_size, device=_accelerator()),
     )
 
 
@@ -240,6 +248,22 @@ def _adapter_options(values: dict[str, Any]) -> AdapterOptions:
     return AdapterOptions(**{**values, "target_modules": tuple(targets) if targets else None})
 
 
+def recycle_request(spec: JobSpec, paths: dict[str, Path], out_dir: Path) -> RecycleRequest:
+    p = spec.params
+    return RecycleRequest(
+        method=p["method"],
+        adapter_dir=paths["adapter"],
+        old_base_dir=paths["old_base"],
+        new_base_dir=paths["new_base"],
+        task_dir=paths["task"],
+        out_dir=out_dir,
+        training=TrainingConfig(**p["training"]),
+        few_shot=p.get("few_shot"),
+        target=p.get("target"),
+        job_id=spec.job_id,
+    )
+
+
 def run_core(
     spec: JobSpec, paths: dict[str, Path], out_dir: Path, hooks: RunHooks
 ) -> ReportDocument:
@@ -273,21 +297,7 @@ def run_core(
             hooks,
         )
     if spec.kind == JobKind.RECYCLE:
-        return recycle_adapter(
-            RecycleRequest(
-                method=p["method"],
-                adapter_dir=paths["adapter"],
-                old_base_dir=paths["old_base"],
-                new_base_dir=paths["new_base"],
-                task_dir=paths["task"],
-                out_dir=out_dir,
-                training=TrainingConfig(**p["training"]),
-                few_shot=p.get("few_shot"),
-                target=p.get("target"),
-                job_id=spec.job_id,
-            ),
-            hooks,
-        )
+        return recycle_adapter(recycle_request(spec, paths, out_dir), hooks)
     if spec.kind == JobKind.INTERPOLATION:
         return interpolate(
             InterpolationRequest(
@@ -359,6 +369,7 @@ class JobMonitor:
             should_cancel=self.should_cancel,
             checkpoint_dir=checkpoint_dir,
             cache=self.context.model_cache,
+            compile_model=self.settings.compile_training,
         )
 
     def _write(self, progress: dict[str, Any] | None) -> None:
@@ -670,6 +681,10 @@ def _seconds(value: float) -> dt.timedelta:
 def execute_job(context: WorkerContext, job_id: str) -> str:
     """Run one job to an outcome; returns what happened (for the worker's log).
 
+    A training recycle job takes along other QUEUED recycle jobs to the same model version with
+    the same training settings (up to ``batch_max_adapters``) and trains them all in one batched
+    pass on the shared base; each still ends with its own outcome.
+
     Raises a transient error only when even recording the outcome failed (the database is
     down); the Celery task then retries the message through the broker.
     """
@@ -677,6 +692,9 @@ def execute_job(context: WorkerContext, job_id: str) -> str:
     if not claim.claimed:
         logger.info("job %s: nothing to do (%s)", job_id, claim.reason)
         return f"skipped: {claim.reason}"
+    companions = claim_companions(context, job_id)
+    if companions:
+        return execute_batch(context, [job_id, *companions])[job_id]
     context.active.add(job_id)
     monitor = JobMonitor(context, job_id)
     work_dir = context.work_dir(job_id)
@@ -684,22 +702,7 @@ def execute_job(context: WorkerContext, job_id: str) -> str:
     try:
         monitor.start()
         try:
-            with transaction(context.session_factory) as session:
-                spec = load_spec(session, job_id)
-            logger.info(
-                "job %s: %s attempt %d of %d on %s",
-                job_id,
-                spec.kind,
-                spec.attempt,
-                spec.max_attempts,
-                context.worker,
-            )
-            paths = {
-                role: materialize(context.store, context.cache_root, item)
-                for role, item in spec.inputs.items()
-            }
-            shutil.rmtree(work_dir, ignore_errors=True)
-            work_dir.mkdir(parents=True, exist_ok=True)
+            spec, paths = _prepare_inputs(context, job_id, work_dir)
             out_dir = work_dir / "adapter"
             hooks = monitor.hooks(context.checkpoint_dir(job_id))
             report = run_core(spec, paths, out_dir, hooks)
@@ -708,46 +711,149 @@ def execute_job(context: WorkerContext, job_id: str) -> str:
             terminal = True
             logger.info("job %s: SUCCEEDED", job_id)
             return "succeeded"
-        except ClaimLost:
-            logger.warning("job %s: taken over by another worker; result dropped", job_id)
-            return "abandoned"
-        except JobCancelled:
-            monitor.stop()
-            if monitor.claim_lost:
-                logger.warning("job %s: taken over by another worker; run abandoned", job_id)
-                return "abandoned"
-            end_owned_job(
-                context, job_id, JobStatus.CANCELLED, "Cancelled", "cancelled while running"
-            )
-            terminal = True
-            return "cancelled"
-        except RecyclingError as error:
-            outcome = _fail(context, job_id, error.code, error.message, monitor)
-            terminal = True
-            return outcome
-        except AppError as error:
-            outcome = _fail(context, job_id, error.code, error.detail, monitor)
-            terminal = True
-            return outcome
-        except TRANSIENT_ERRORS as error:
-            monitor.stop()
-            logger.warning("job %s: transient error: %s", job_id, error)
-            outcome = schedule_retry(context, job_id, error)
-            terminal = outcome == "failed"
-            return outcome
         except Exception as error:
-            logger.exception("job %s: unexpected error", job_id)
-            outcome = _fail(
-                context, job_id, "InternalError", f"{type(error).__name__}: {error}", monitor
-            )
-            terminal = True
+            outcome, terminal = conclude_error(context, job_id, error, monitor)
             return outcome
     finally:
         monitor.stop()
-        context.active.discard(job_id)
-        shutil.rmtree(work_dir, ignore_errors=True)
-        if terminal:
-            shutil.rmtree(context.checkpoint_dir(job_id), ignore_errors=True)
+        _clean_up(context, job_id, work_dir, terminal)
+
+
+def _prepare_inputs(context: WorkerContext, job_id: str, work_dir: Path) -> tuple[JobSpec, dict[str, Path]]:
+    with transaction(context.session_factory) as session:
+        spec = load_spec(session, job_id)
+    logger.info(
+        "job %s: %s attempt %d of %d on %s", job_id, spec.kind, spec.attempt, spec.max_attempts, context.worker
+    )
+    paths = {role: materialize(context.store, context.cache_root, item) for role, item in spec.inputs.items()}
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return spec, paths
+
+
+def _clean_up(context: WorkerContext, job_id: str, work_dir: Path, terminal: bool) -> None:
+    context.active.discard(job_id)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    if terminal:
+        shutil.rmtree(context.checkpoint_dir(job_id), ignore_errors=True)
+
+
+def conclude_error(
+    context: WorkerContext, job_id: str, error: BaseException, monitor: JobMonitor
+) -> tuple[str, bool]:
+    """Record what an error means for a job: (outcome for the log, whether the job ended)."""
+    if isinstance(error, ClaimLost):
+        logger.warning("job %s: taken over by another worker; result dropped", job_id)
+        return "abandoned", False
+    if isinstance(error, JobCancelled):
+        monitor.stop()
+        if monitor.claim_lost:
+            logger.warning("job %s: taken over by another worker; run abandoned", job_id)
+            return "abandoned", False
+        end_owned_job(context, job_id, JobStatus.CANCELLED, "Cancelled", "cancelled while running")
+        return "cancelled", True
+    if isinstance(error, RecyclingError):
+        return _fail(context, job_id, error.code, error.message, monitor), True
+    if isinstance(error, AppError):
+        return _fail(context, job_id, error.code, error.detail, monitor), True
+    if isinstance(error, TRANSIENT_ERRORS):
+        monitor.stop()
+        logger.warning("job %s: transient error: %s", job_id, error)
+        outcome = schedule_retry(context, job_id, error)
+        return outcome, outcome == "failed"
+    logger.error("job %s: unexpected error", job_id, exc_info=error)
+    return _fail(context, job_id, "InternalError", f"{type(error).__name__}: {error}", monitor), True
+
+
+# --------------------------------------------------------------------------- batched recycling
+
+
+def _trains(params: dict[str, Any]) -> bool:
+    return params.get("method") not in (None, "direct")
+
+
+def claim_companions(context: WorkerContext, job_id: str) -> list[str]:
+    """Claim QUEUED recycle jobs that can share this (claimed) job's batched training pass.
+
+    Companions go to the same model version with the same training settings and train (not
+    ``direct``); a job that left checkpoints of an earlier attempt resumes on its own instead.
+    Each is taken with the same compare-and-set claim as a job of its own message, so its
+    message later finds it RUNNING or finished and does nothing.
+    """
+    limit = context.settings.batch_max_adapters - 1
+    if limit < 1:
+        return []
+    now = utcnow()
+    stale_before = now - _seconds(context.settings.worker_lost_seconds)
+    claimed: list[str] = []
+    with transaction(context.session_factory) as session:
+        repository = JobRepository(session)
+        lead = repository.get_fresh(job_id)
+        if lead is None or lead.kind != JobKind.RECYCLE or not _trains(lead.params):
+            return []
+        if context.checkpoint_dir(job_id).exists():
+            return []
+        for job in repository.queued_of_kind(JobKind.RECYCLE, exclude=job_id, limit=limit * 8):
+            if len(claimed) == limit:
+                break
+            params = job.params
+            if (
+                not _trains(params)
+                or params.get("to_version_id") != lead.params.get("to_version_id")
+                or params.get("training") != lead.params.get("training")
+                or context.checkpoint_dir(job.id).exists()
+                or job.id in context.active
+            ):
+                continue
+            if repository.claim(job.id, context.worker, now, stale_before=stale_before):
+                claimed.append(job.id)
+    if claimed:
+        logger.info("job %s: training together with %s", job_id, ", ".join(claimed))
+    return claimed
+
+
+def execute_batch(context: WorkerContext, job_ids: list[str]) -> dict[str, str]:
+    """Run claimed recycle jobs with one batched training pass; each gets its own outcome."""
+    monitors = {job_id: JobMonitor(context, job_id) for job_id in job_ids}
+    outcomes: dict[str, str] = {}
+    terminal: dict[str, bool] = dict.fromkeys(job_ids, False)
+    ready: list[tuple[JobSpec, Path, RunHooks]] = []
+    requests: list[RecycleRequest] = []
+    try:
+        for job_id in job_ids:
+            context.active.add(job_id)
+            monitors[job_id].start()
+            work_dir = context.work_dir(job_id)
+            try:
+                spec, paths = _prepare_inputs(context, job_id, work_dir)
+            except Exception as error:
+                outcomes[job_id], terminal[job_id] = conclude_error(context, job_id, error, monitors[job_id])
+                continue
+            out_dir = work_dir / "adapter"
+            hooks = monitors[job_id].hooks(context.checkpoint_dir(job_id))
+            ready.append((spec, out_dir, hooks))
+            requests.append(recycle_request(spec, paths, out_dir))
+        try:
+            results: list[Any] = recycle_adapters(requests, [hooks for _, _, hooks in ready])
+        except Exception as error:  # the shared pass itself failed: every job shares the error
+            results = [error] * len(requests)
+        for (spec, out_dir, _), result in zip(ready, results):
+            job_id = spec.job_id
+            monitor = monitors[job_id]
+            try:
+                if isinstance(result, BaseException):
+                    raise result
+                monitor.stop()
+                record_success(context, spec, result, out_dir)
+                outcomes[job_id], terminal[job_id] = "succeeded", True
+                logger.info("job %s: SUCCEEDED (batched with %d)", job_id, len(requests))
+            except Exception as error:
+                outcomes[job_id], terminal[job_id] = conclude_error(context, job_id, error, monitor)
+    finally:
+        for job_id, monitor in monitors.items():
+            monitor.stop()
+            _clean_up(context, job_id, context.work_dir(job_id), terminal[job_id])
+    return outcomes
 
 
 def _fail(context: WorkerContext, job_id: str, code: str, message: str, monitor: JobMonitor) -> str:

@@ -122,6 +122,23 @@ class JobRepository:
             ).all()
         )
 
+    def queued_of_kind(self, kind: JobKind, *, exclude: str, limit: int) -> list[Job]:
+        """QUEUED jobs of one kind, oldest first, that no cancel was asked for."""
+        return list(
+            self.session.scalars(
+                sa.select(Job)
+                .where(
+                    Job.kind == kind,
+                    Job.status == JobStatus.QUEUED,
+                    Job.cancel_requested.is_(False),
+                    Job.attempts < Job.max_attempts,
+                    Job.id != exclude,
+                )
+                .order_by(Job.created_at, Job.id)
+                .limit(limit)
+            ).all()
+        )
+
     def undispatched(self, dispatched_before: dt.datetime, limit: int = 100) -> list[str]:
         """QUEUED jobs whose message was never sent, or was sent before ``dispatched_before``."""
         return list(

@@ -323,3 +323,21 @@ def test_train_report_names_its_inputs(encoder_lora: TrainedAdapter) -> None:
     assert {roles[f"task:{s}"] for s in ("train", "dev", "test")} == set(task.split_sha256.values())
     assert report.hyperparameters["steps"] == TRAIN_CONFIGS["encoder"].steps
     assert report.curve is not None and report.curve.points[0].step == 0
+
+
+def test_file_hash_memo_never_hides_a_change(tmp_path):
+    import os
+    import time
+
+    from recycling_core.files import sha256_file
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"a" * 1000)
+    old = time.time_ns() - 10_000_000_000
+    os.utime(path, ns=(old, old))  # settled: its digest is remembered
+    first = sha256_file(path)
+    assert sha256_file(path) == first
+    with open(path, "r+b") as handle:  # same size, mtime put back: ctime still moves
+        handle.write(b"b")
+    os.utime(path, ns=(old, old))
+    assert sha256_file(path) != first

@@ -34,6 +34,9 @@ FAST_ENGINE = {
     "RECYCLE_WORKER_LOST_SECONDS": "6",
     "RECYCLE_REAPER_INTERVAL_SECONDS": "1",
     "RECYCLE_JOB_RETRY_BACKOFF_SECONDS": "1",
+    # one job per message: the restart must find jobs still waiting in the queue (a worker that
+    # takes queued companions into one batched pass would leave none there)
+    "RECYCLE_BATCH_MAX_ADAPTERS": "1",
 }
 POLICY = {
     "methods": ["init"],

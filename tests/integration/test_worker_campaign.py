@@ -59,6 +59,9 @@ def test_auto_campaign_runs_on_a_real_worker(stack: Stack, api, tiny) -> None:  
         assert job["attempts"] == 1 and job["worker"] and job["result_report_id"]
         report = api.get(f"/v1/reports/{job['result_report_id']}").json()
         assert report["job_id"] == job["id"] and report["document"]["kind"] == job["kind"]
+        if job["kind"] == "recycle":
+            # the campaign's two training jobs on v2 shared one batched pass on the worker
+            assert report["document"]["output"]["batched_with"] == 2, report["document"]["output"]
     assert (
         jobs[("compatibility", None)]["queue"] == "cpu"
         and jobs[("recycle", "init")]["queue"] == "gpu"

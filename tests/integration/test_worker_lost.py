@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from worker_helpers import Stack, register_basics, register_v2, wait_for
 
 from app.db import Adapter
+from recycling_core.batched_training import STATE_NAME as BATCHED_STATE_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -37,7 +38,7 @@ def test_killed_worker_job_is_resumed_elsewhere(stack: Stack, api, tiny) -> None
     }
     job_id = api.post("/v1/jobs", json=body).json()["id"]
     first = stack.start_worker("first")
-    checkpoint = stack.data_dir / "checkpoints" / job_id / "trainer_state.json"
+    checkpoint = stack.data_dir / "checkpoints" / job_id / BATCHED_STATE_NAME
 
     def training_with_checkpoint():  # type: ignore[no-untyped-def]
         job = api.get(f"/v1/jobs/{job_id}").json()

@@ -223,6 +223,30 @@ def test_recycle_job_records_lineage(
     assert document["inputs"]["adapter_id"] == registry["adapter"]["id"]
 
 
+def test_recycle_jobs_of_one_base_train_in_one_batched_pass(
+    client, db, store, recorder, worker, registry, tiny_model_v2_dir
+):  # noqa: F811
+    client.put("/v1/models/tiny/policy", json={"auto_campaign": False})
+    v2 = register_v2(client, tiny_model_v2_dir)
+    together = [
+        client.post("/v1/jobs", json=_recycle_body(registry, v2["id"], method=method)).json()["id"]
+        for method in ("init", "fresh", "init")
+    ]
+    other_settings = {**TINY_TRAINING, "learning_rate": 0.05}
+    alone = client.post("/v1/jobs", json=_recycle_body(registry, v2["id"], training=other_settings)).json()["id"]
+    outcomes = run_sent_jobs(worker, recorder)
+    assert outcomes[together[0]] == "succeeded" and outcomes[alone] == "succeeded"
+    assert all(outcomes[job_id].startswith("skipped") for job_id in together[1:])
+    for job_id in together:
+        job = get_job(db, job_id)
+        assert job.status == JobStatus.SUCCEEDED and job.attempts == 1
+        document = client.get(f"/v1/reports/{job.result_report_id}").json()["document"]
+        assert document["output"]["batched_with"] == 3
+        assert document["curve"]["train_loss"], document["curve"]
+    solo = client.get(f"/v1/reports/{get_job(db, alone).result_report_id}").json()["document"]
+    assert solo["output"].get("batched_with", 1) == 1
+
+
 def test_library_error_fails_without_retry(client, db, recorder, worker, registry, wide_model_dir):  # noqa: F811
     client.put("/v1/models/tiny/policy", json={"auto_campaign": False})
     wide = register_version(client, wide_model_dir, parent=1)
