@@ -596,7 +596,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from bench.service import EmbeddedService
 
-            service = stack.enter_context(EmbeddedService(out / "service", threads=profile.threads_per_worker))
+            service = stack.enter_context(
+                EmbeddedService(out / "service", threads=profile.threads_per_worker, batch_max_adapters=profile.batch_max_adapters)
+            )
             url, key = service.url, service.admin_key()
             log(f"embedded service at {url} (data in {service.data_dir})")
         meta["service"] = {"url": url, "embedded": service is not None}

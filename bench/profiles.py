@@ -76,6 +76,10 @@ class Profile:
     threads_per_worker: int | None = None
     """OMP/torch threads per worker and for the local upgrade (None: the library's default)."""
     job_timeout_s: float = 3600.0
+    batch_max_adapters: int | None = None
+    """The workers' ``RECYCLE_BATCH_MAX_ADAPTERS`` (None: the service default). 1 makes every job
+    train alone, so a run is reproducible bit for bit: in a batched pass the composition depends
+    on queue timing and dropout masks are drawn for the whole pass."""
     campaign_interpolation: bool = True
     """Let each campaign run its own interpolation (A0 ↔ its best recycled adapter, 11 points).
     The benchmark runs the paper's A0 ↔ fresh interpolations itself either way; False cancels the
@@ -106,8 +110,10 @@ CPU = Profile(
     similarity_probes=32,
     workers=2,
     threads_per_worker=1,
+    batch_max_adapters=1,
     campaign_interpolation=False,
     notes=(
+        "every job trains alone (RECYCLE_BATCH_MAX_ADAPTERS=1), so the run reproduces bit for bit",
         "texts cut to their first 24 words (max_length 48 tokens); dev 48 and test 120 examples (stratified, seeded)",
         "upgrades of 48 masked-LM steps at batch 8 × 64 tokens (lr 5e-4) on 3,000 paragraphs",
         "50 training steps (30 few-shot), dev evaluated every 10 steps; one seed",

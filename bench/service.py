@@ -43,12 +43,14 @@ def service_environment(threads: int | None) -> dict[str, str]:
 class EmbeddedService:
     """Start ``recycle serve`` (and extra workers on demand); stop everything on exit."""
 
-    def __init__(self, data_dir: Path, threads: int | None = None) -> None:
+    def __init__(self, data_dir: Path, threads: int | None = None, batch_max_adapters: int | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = service_environment(threads)
         self.env["RECYCLE_DATA_DIR"] = str(self.data_dir)
+        if batch_max_adapters is not None:
+            self.env["RECYCLE_BATCH_MAX_ADAPTERS"] = str(batch_max_adapters)
         self.process: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
         self.log_path = self.data_dir / "service.log"
