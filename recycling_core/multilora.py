@@ -274,6 +274,7 @@ class MultiLoraModel(nn.Module):
             for parameter in heads.parameters():
                 parameter.requires_grad_(True)
         self.pull_from_members()
+        self._head_widths = self._measure_head_widths()
         if base_dtype is not None:
             self.cast_frozen_linears(base_dtype)
 
@@ -308,10 +309,13 @@ class MultiLoraModel(nn.Module):
 
     def head_output_width(self, slot: int) -> int | None:
         """The width of a slot's head output (None when no head: causal LMs read the LM head)."""
+        return self._head_widths[slot]
+
+    def _measure_head_widths(self) -> list[int | None]:
         if not self.head_paths:
-            return None
-        head = self.slot_heads()[-1].slots[slot]
-        return int(getattr(head, "out_features", 0)) or None
+            return [None] * self.slots
+        heads = self.slot_heads()[-1].slots
+        return [int(getattr(head, "out_features", 0)) or None for head in heads]
 
     # ------------------------------------------------------------------ per-slot state
     def named_slot_tensors(self, slot: int) -> list[tuple[str, nn.Parameter, bool]]:
