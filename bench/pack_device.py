@@ -33,6 +33,7 @@ WHEELS = [
     "SQLAlchemy", "alembic", "Mako",
     "celery", "kombu", "billiard", "vine", "amqp", "click_didyoumean", "click_repl", "click_plugins",
     "prompt_toolkit", "wcwidth", "tzdata", "redis",
+    "opentelemetry_api", "importlib_metadata", "zipp", "tzlocal", "python_dateutil", "six", "h11",
 ]
 
 

@@ -152,6 +152,7 @@ class PaperBench:
         self.versions: dict[int, dict[str, Any]] = {}
         self.version_ready = {1: threading.Event(), 2: threading.Event(), 3: threading.Event()}
         self.lineage: dict[str, Any] = {"hops": {}}
+        self.needs_m2 = True
         self.tasks: dict[str, dict[str, Any]] = {}
         self.threads = Threads(log)
         self.model = f"minilm-paper-{profile.name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -386,6 +387,10 @@ class PaperBench:
         self.lineage["reports"] = {"M0→M1": first.model_dump(mode="json")}
         self.log(f"M1 made: relative change {first.metrics.weight_distance.relative_l2:.3f}, {first.cost.wall_seconds:.0f} s")
         self.register_version(2, lineage_dir / "m1", 1, {"stage": "M1", "continual_pretraining": "sotu"})
+        if not self.needs_m2:
+            if self.on_upgrades_done is not None:
+                self.on_upgrades_done()
+            return
         second = upgrade(lineage_dir / "m1", "spdx", self.data, lineage_dir / "m2", p.upgrade, device=self.device, first_hop=False)
         self.lineage["hops"]["M1→M2"] = hop_summary(second, "spdx", self.data)
         self.lineage["reports"]["M1→M2"] = second.model_dump(mode="json")
@@ -395,16 +400,19 @@ class PaperBench:
         if self.on_upgrades_done is not None:
             self.on_upgrades_done()
 
-    def run(self, tasks: list[str], seeds: list[int], hops: list[str], full_ft: bool) -> None:
+    def run(self, tasks: list[str], seeds: list[int], hops: list[str], full_ft: bool, lora: bool = True) -> None:
         self.selected_tasks = tasks
         self.selected_hops = hops
+        hops_in_use = (hops if lora else []) + ([self.profile.full_ft_hop] if full_ft and self.profile.full_ft_task in tasks else [])
+        self.needs_m2 = any(HOP_VERSIONS[hop][1] == 3 for hop in hops_in_use)
         self.setup()
         upgrade_thread = self.threads.spawn("upgrades", self.upgrades)
         for seed in seeds:
-            for task in tasks:
-                self.threads.spawn(f"{task}-lora-{seed}", self.chain, task, seed, "lora")
-        if full_ft and self.profile.full_ft_task in tasks:
-            self.threads.spawn(f"{self.profile.full_ft_task}-full-{seeds[0]}", self.chain, self.profile.full_ft_task, seeds[0], "full")
+            if lora:
+                for task in tasks:
+                    self.threads.spawn(f"{task}-lora-{seed}", self.chain, task, seed, "lora")
+            if full_ft and self.profile.full_ft_task in tasks:
+                self.threads.spawn(f"{self.profile.full_ft_task}-full-{seed}", self.chain, self.profile.full_ft_task, seed, "full")
         upgrade_thread.join()
         if not self.version_ready[3].is_set():
             for event in self.version_ready.values():
@@ -516,6 +524,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hops", help="comma-separated subset of M0-M1,M1-M2,M0-M2")
     parser.add_argument("--workers", type=int, help="worker processes of the embedded service (overrides the profile)")
     parser.add_argument("--no-full-ft", action="store_true", help="skip the full fine-tuning repeat")
+    parser.add_argument("--full-ft-only", action="store_true", help="only the full fine-tuning repeat (every seed; M1 alone is made)")
     parser.add_argument("--upload", action="store_true", help="upload model versions as archives even to the embedded service")
     parser.add_argument("--prepare-only", action="store_true")
     parser.add_argument("--report-only", action="store_true", help="rebuild tables and plots from --out/results.json")
@@ -624,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.lineage_dir = args.lineage_dir
         meta["model"] = bench.model
         try:
-            bench.run(tasks, seeds, hops, full_ft=not args.no_full_ft)
+            bench.run(tasks, seeds, hops, full_ft=not args.no_full_ft, lora=not args.full_ft_only)
         finally:
             for client in clients:
                 client.close()
