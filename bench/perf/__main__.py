@@ -4,7 +4,8 @@ Parts (``--only`` picks some): ``matmul`` (the card's bf16 rate, for MFU), ``job
 job, ours vs a hand-written PEFT loop, per model), ``distill`` (the teacher's share of a step),
 ``batching`` (8 adapters in one pass vs 8 sequential jobs), ``interpolation`` (11-point sweeps),
 ``warm`` (second job's time to first step), ``gpus`` (a 16-adapter campaign on 1 vs 2 GPUs),
-``profile`` (where one job's time goes). Results go to ``DIR/perf.json`` after every part (a
+``profile`` (where one job's time goes), ``profile-limits`` and ``profile-batching`` (profiles of
+what limits targets 3 and 4: one job next to a batched pass of 8, same profiler). Results go to ``DIR/perf.json`` after every part (a
 part that fails records its error and the rest go on) and the profile table to
 ``DIR/profile.txt``. ``--quick`` runs tiny models for a CPU smoke test; its numbers mean nothing.
 """
@@ -27,7 +28,7 @@ import torch
 from bench.perf import runs, workers
 from bench.perf.setups import QUICK_SETUPS, SETUPS
 
-PARTS = ("matmul", "job", "distill", "batching", "interpolation", "warm", "gpus", "profile", "profile-limits")
+PARTS = ("matmul", "job", "distill", "batching", "interpolation", "warm", "gpus", "profile", "profile-limits", "profile-batching")
 
 
 def machine() -> dict:
@@ -85,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     if "distill" in args.only:
         for name in ("bert-base", "smollm2-135m"):
             record(f"distill/{name}", lambda name=name: runs.distillation(setups[name], device))
+    batching_setups = [name for name in ("bert-base", "smollm2-135m") if name in args.setups]
     if "batching" in args.only:
-        for name in ("bert-base", "smollm2-135m"):
+        for name in batching_setups:
             record(f"batching/{name}", lambda name=name: runs.campaign_batching(setups[name], device))
             if device.type == "cuda" and name == "bert-base":
                 record(f"batching-compiled/{name}",
@@ -112,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         record("profile/batched-smollm2-135m",
                lambda: limits("batched-smollm2", lambda: runs.profile_batched(setups["smollm2-135m"], device)))
         record("profile/sweep-bert-base", lambda: limits("sweep-bert", lambda: runs.profile_sweep(setups["bert-base"], device)))
+    if "profile-batching" in args.only:
+        for name in batching_setups:
+            def batching_profile(name=name):
+                value = runs.profile_batching(setups[name], device)
+                (args.out / f"profile-batching-{name}-single.txt").write_text(value["single"].pop("table"))
+                (args.out / f"profile-batching-{name}-batched.txt").write_text(value["batched"].pop("table"))
+                return value
+            record(f"profile-batching/{name}", batching_profile)
     failed = [part for part, value in results["parts"].items() if isinstance(value, dict) and "error" in value]
     print(f"[perf] wrote {path}; failed parts: {failed or 'none'}", flush=True)
     return 1 if failed else 0

@@ -457,6 +457,49 @@ def profile_batched(setup: Setup, device: torch.device, adapters: int = 8, steps
     return result
 
 
+def profile_batching(setup: Setup, device: torch.device, adapters: int = 8, steps: int = 6) -> dict:
+    """Where the time goes in one job and in a batched pass of N jobs, with the same profiler.
+
+    Both runs are eager (as batched passes run in the service), after a 2-step warm-up. N is
+    ``adapters`` unless N times the single job's peak memory would not fit 85% of the card; then
+    the largest power of two that fits (recorded as ``batched.adapters``).
+    """
+    base = build_model(setup, MODEL_SEED, device)
+    train_members([member(setup, base, 0, 2, device.type)])
+    free_memory()
+    single_job = member(setup, base, 0, steps, device.type)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    single = profiled(device, lambda: train_members([single_job]))
+    single["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
+    del single_job
+    free_memory()
+    fitting = adapters
+    if device.type == "cuda":
+        capacity = 0.85 * torch.cuda.get_device_properties(device).total_memory
+        while fitting > 1 and single["peak_memory_bytes"] * fitting > capacity:
+            fitting //= 2
+    jobs = [member(setup, base, seed, steps, device.type) for seed in range(fitting)]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    batched = profiled(device, lambda: train_members(jobs))
+    batched["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
+    batched["adapters"] = fitting
+    del jobs, base
+    free_memory()
+    single_total = sum(single["kernel_seconds_by_kind"].values())
+    batched_total = sum(batched["kernel_seconds_by_kind"].values())
+    return {
+        "setup": setup.name,
+        "steps": steps,
+        "single": single,
+        "batched": batched,
+        "device_seconds_single": single_total,
+        "device_seconds_batched": batched_total,
+        "device_time_ratio_n_singles_over_batched": fitting * single_total / batched_total if batched_total else None,
+    }
+
+
 def profile_sweep(setup: Setup, device: torch.device, points: int = 11, examples: int = 512) -> dict:
     """Where the time of an 11-point adapter-mode sweep goes."""
     formatter = task_format(setup)
