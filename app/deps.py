@@ -18,12 +18,14 @@ from app.settings import Settings
 from app.storage import ArtifactStore
 
 
-def get_settings_dep(request: Request) -> Settings:
+# The dependencies that only read app state are async: FastAPI runs a sync dependency on a
+# worker thread, a hop that costs more than the lookup.
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_store(request: Request) -> ArtifactStore:
+async def get_store(request: Request) -> ArtifactStore:
     store: ArtifactStore = request.app.state.artifact_store
     return store
 

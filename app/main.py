@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app.adapters.router import router as adapters_router
 from app.admin.broker import BrokerStats
 from app.admin.router import router as admin_router
+from app.auth.cache import VerifiedKeyCache
 from app.auth.middleware import CredentialsRequiredMiddleware
 from app.auth.router import router as auth_router
 from app.campaigns import service as campaigns_service
@@ -68,7 +69,11 @@ ROUTERS = (
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service app; in embedded mode the schema is migrated to head at start-up."""
     settings = settings or get_settings()
-    engine = create_db_engine(settings.database_url)
+    engine = create_db_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -99,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = create_session_factory(engine)
+    app.state.key_cache = VerifiedKeyCache(settings.api_key_cache_seconds)
     app.state.artifact_store = ArtifactStore(settings.artifact_root)
     app.state.readiness_checks = list(DEFAULT_CHECKS)
     # Jobs: sent by name to the broker after their transaction commits (app.queue).

@@ -38,7 +38,7 @@ class Page(BaseModel, Generic[T]):
     offset: int
 
 
-def pagination_params(
+async def pagination_params(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")] = DEFAULT_LIMIT,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="rows to skip")] = 0,
 ) -> Pagination:

@@ -50,6 +50,13 @@ class Settings(BaseSettings):
     nowhere in production."""
 
     auth_required: bool = True
+    api_key_cache_seconds: float = Field(default=5.0, ge=0)
+    """How long a server process trusts a verified API key without looking it up again; a key
+    revoked through another process is refused there after at most this long (0: no cache)."""
+    db_pool_size: int = Field(default=20, ge=1)
+    db_max_overflow: int = Field(default=20, ge=0)
+    """Connections per server process: pool plus overflow covers the 40 threads that run
+    FastAPI's sync endpoints, so a request never waits for a connection another one holds."""
     webhook_secret: SecretStr | None = None
     """Signs webhook deliveries of webhooks registered without their own secret."""
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -7,12 +7,13 @@ unknown or revoked key is 401; a key whose role is too weak is 403. With
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from app.auth.cache import VerifiedKeyCache
 from app.auth.service import ANONYMOUS_ADMIN, Principal, authenticate
 from app.db import Role
 from app.deps import SessionDep, SettingsDep
@@ -22,9 +23,17 @@ _bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
 
 
+def get_key_cache(request: Request) -> VerifiedKeyCache | None:
+    return getattr(request.app.state, "key_cache", None)
+
+
+KeyCacheDep = Annotated[VerifiedKeyCache | None, Depends(get_key_cache)]
+
+
 def current_principal(
     session: SessionDep,
     settings: SettingsDep,
+    cache: KeyCacheDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     api_key: Annotated[str | None, Depends(_api_key_header)],
 ) -> Principal:
@@ -34,11 +43,12 @@ def current_principal(
     secret = bearer.credentials if bearer is not None else api_key
     if not secret:
         raise Unauthorized("an API key is required (Authorization: Bearer or X-API-Key)")
-    return authenticate(session, secret)
+    return authenticate(session, secret, cache)
 
 
-def _require(role: Role) -> Callable[[Principal], Principal]:
-    def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+def _require(role: Role) -> Callable[[Principal], Awaitable[Principal]]:
+    # async: a role comparison needs no worker thread (sync dependencies each take one)
+    async def dependency(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
         if not principal.role.allows(role):
             raise Forbidden(
                 f"this call needs the {role.value} role; the key has {principal.role.value}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -23,6 +25,20 @@ class ApiKeyRepository:
 
     def get_by_prefix(self, prefix: str) -> ApiKey | None:
         return self.session.scalar(sa.select(ApiKey).where(ApiKey.prefix == prefix))
+
+    def touch_last_used(self, key_id: int, now: dt.datetime, unless_after: dt.datetime) -> None:
+        # SKIP LOCKED: when another transaction holds the row (a concurrent call recording the
+        # same key, a revocation), this call's timestamp is not worth waiting for.
+        due = (
+            sa.select(ApiKey.id)
+            .where(
+                ApiKey.id == key_id,
+                sa.or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at < unless_after),
+            )
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        self.session.execute(sa.update(ApiKey).where(ApiKey.id == due).values(last_used_at=now))
 
     def count_active_admins(self) -> int:
         return (

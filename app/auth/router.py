@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, status
 
 from app.auth import service
-from app.auth.dependencies import AdminDep, ReaderDep
+from app.auth.dependencies import AdminDep, KeyCacheDep, ReaderDep
 from app.auth.schemas import KeyCreate, KeyCreated, KeyOut, PrincipalOut
 from app.db.base import INT_MAX
 from app.deps import SessionDep
@@ -40,5 +40,5 @@ def who_am_i(principal: ReaderDep) -> PrincipalOut:
 
 
 @router.delete("/{key_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_key(key_id: KeyId, session: SessionDep, _: AdminDep) -> None:
-    service.revoke_key(session, key_id)
+def revoke_key(key_id: KeyId, session: SessionDep, cache: KeyCacheDep, _: AdminDep) -> None:
+    service.revoke_key(session, key_id, cache)

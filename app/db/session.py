@@ -56,7 +56,9 @@ def is_sqlite_url(database_url: str | sa.URL) -> bool:
     return sa.make_url(database_url).get_backend_name() == "sqlite"
 
 
-def create_db_engine(database_url: str | sa.URL, *, echo: bool = False) -> Engine:
+def create_db_engine(
+    database_url: str | sa.URL, *, echo: bool = False, pool_size: int = 10, max_overflow: int = 20
+) -> Engine:
     """An engine set up for its backend: SQLite (WAL, foreign keys, busy timeout) or a server."""
     url = sa.make_url(database_url)
     if url.get_backend_name() == "sqlite":
@@ -70,7 +72,9 @@ def create_db_engine(database_url: str | sa.URL, *, echo: bool = False) -> Engin
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    return sa.create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return sa.create_engine(
+        url, echo=echo, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow
+    )
 
 
 def create_session_factory(engine: Engine | sa.Connection) -> SessionFactory:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.auth.dependencies import current_principal
+from app.auth.dependencies import KeyCacheDep, current_principal
 from app.deps import SessionDep, SettingsDep
 from app.observability.metrics import METRICS_CONTENT_TYPE, ServiceMetrics
 
@@ -27,6 +27,7 @@ def metrics(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
+    cache: KeyCacheDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     api_key: Annotated[str | None, Depends(_api_key_header)],
 ) -> Response:
@@ -35,6 +36,6 @@ def metrics(
     The registry counts are read in this request's transaction (one connection per scrape).
     """
     if not settings.metrics_public:
-        current_principal(session, settings, bearer, api_key)
+        current_principal(session, settings, cache, bearer, api_key)
     service_metrics: ServiceMetrics = request.app.state.metrics
     return Response(service_metrics.render(session), media_type=METRICS_CONTENT_TYPE)
