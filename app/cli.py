@@ -98,18 +98,18 @@ def serve_command(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     data_dir: DataDir = None,
     production: Annotated[bool, typer.Option("--production", help="API only: workers, database and broker run elsewhere.")] = False,
+    workers: Annotated[int, typer.Option(min=1, help="API processes (with --production), e.g. one per core; each binds the port with SO_REUSEPORT.")] = 1,
 ) -> None:
     """Start the service. Embedded by default: SQLite registry, local artifacts, one worker subprocess.
 
     Example: recycle serve --port 8000 --data-dir ./.recycle
     """
-    import uvicorn
-
-    from app.main import create_app
-    from app.observability.logs import configure_logging
+    from app.serving import serve_api
 
     _apply_data_dir(data_dir)
     settings = _settings()
+    if workers > 1 and not production:
+        raise typer.BadParameter("several API processes need --production (SQLite allows one writer)", param_hint="--workers")
     worker = None
     if not production:
         key_file = bootstrap_admin_key(settings)
@@ -118,13 +118,11 @@ def serve_command(
         worker = _SupervisedWorker(_worker_command())
         worker.start()
     try:
-        # One JSON object per line (RECYCLE_LOG_FORMAT=text for people); uvicorn's own access
-        # log is replaced by app.access lines that carry the request id.
-        configure_logging(settings.log_format, settings.log_level)
-        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+        status = serve_api(settings, host, port, workers)
     finally:
         if worker is not None:
             worker.stop()
+    raise typer.Exit(status)
 
 
 @app.command("worker")

@@ -23,7 +23,7 @@ _bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
 
 
-def get_key_cache(request: Request) -> VerifiedKeyCache | None:
+async def get_key_cache(request: Request) -> VerifiedKeyCache | None:
     return getattr(request.app.state, "key_cache", None)
 
 
