@@ -7,13 +7,14 @@ a failed commit is reported to the caller instead of being lost after a 2xx.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from app.db.session import transaction
+from app.db.session import finish_transaction
 from app.settings import Settings
 from app.storage import ArtifactStore
 
@@ -30,9 +31,26 @@ async def get_store(request: Request) -> ArtifactStore:
     return store
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with transaction(request.app.state.session_factory) as session:
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request's session: opened on the event loop (no I/O until its first statement) and
+    finished (commit or rollback, after-commit callbacks, close) in one worker-thread call.
+
+    GET and HEAD requests get a session in autocommit mode (``read_session_factory``): no
+    BEGIN/COMMIT round trips and, on SQLite, no write lock for a read. PostgreSQL's default READ
+    COMMITTED gives every statement its own snapshot either way.
+    """
+    state = request.app.state
+    reading = request.method in READ_METHODS and hasattr(state, "read_session_factory")
+    session = (state.read_session_factory if reading else state.session_factory)()
+    try:
         yield session
+    except BaseException:
+        await run_in_threadpool(finish_transaction, session, False)
+        raise
+    await run_in_threadpool(finish_transaction, session, True)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

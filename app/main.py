@@ -110,6 +110,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = create_session_factory(engine)
+    app.state.read_session_factory = create_session_factory(
+        engine.execution_options(isolation_level="AUTOCOMMIT")
+    )
     app.state.key_cache = VerifiedKeyCache(settings.api_key_cache_seconds)
     app.state.artifact_store = ArtifactStore(settings.artifact_root)
     app.state.readiness_checks = list(DEFAULT_CHECKS)

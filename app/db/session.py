@@ -45,6 +45,8 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_on_begin(connection: sa.Connection) -> None:
+    if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return  # a read session: no transaction, no lock
     # IMMEDIATE takes the write lock up front. A deferred transaction that reads and then writes
     # fails at once with "database is locked" when another process (the embedded worker writing
     # progress) committed in between; busy_timeout cannot help there. Embedded mode trades
@@ -124,18 +126,31 @@ def rollback_session(session: Session) -> None:
         _run_callbacks(session.info.pop(_AFTER_ROLLBACK_KEY, []), "after-rollback")
 
 
+def finish_transaction(session: Session, succeeded: bool) -> None:
+    """Commit (or roll back when the work failed), run the callbacks, close the session."""
+    try:
+        if not succeeded:
+            rollback_session(session)
+            return
+        try:
+            commit_session(session)
+        except BaseException:
+            rollback_session(session)
+            raise
+    finally:
+        session.close()
+
+
 @contextmanager
 def transaction(factory: SessionFactory) -> Iterator[Session]:
     """Open a session, commit on success, roll back on any error, always close."""
     session = factory()
     try:
         yield session
-        commit_session(session)
     except BaseException:
-        rollback_session(session)
+        finish_transaction(session, False)
         raise
-    finally:
-        session.close()
+    finish_transaction(session, True)
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.auth.dependencies import KeyCacheDep, current_principal
+from app.auth.dependencies import KeyCacheDep, principal_from_credentials
 from app.deps import SessionDep, SettingsDep
 from app.observability.metrics import METRICS_CONTENT_TYPE, ServiceMetrics
 
@@ -36,6 +36,6 @@ def metrics(
     The registry counts are read in this request's transaction (one connection per scrape).
     """
     if not settings.metrics_public:
-        current_principal(session, settings, cache, bearer, api_key)
+        principal_from_credentials(session, settings, cache, bearer, api_key)
     service_metrics: ServiceMetrics = request.app.state.metrics
     return Response(service_metrics.render(session), media_type=METRICS_CONTENT_TYPE)
