@@ -117,12 +117,19 @@ def serve_command(
             err_console.print(f"created the first admin API key; its secret is in {key_file}")
         worker = _SupervisedWorker(_worker_command())
         worker.start()
+    # uvicorn handles SIGTERM itself and, once it has shut down, raises the signal again; with
+    # the default handler that would end this process before the worker is stopped.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         status = serve_api(settings, host, port, workers)
     finally:
         if worker is not None:
             worker.stop()
     raise typer.Exit(status)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @app.command("worker")
