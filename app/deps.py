@@ -43,7 +43,7 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     COMMITTED gives every statement its own snapshot either way.
     """
     state = request.app.state
-    reading = request.method in READ_METHODS and hasattr(state, "read_session_factory")
+    reading = request.method in READ_METHODS
     session = (state.read_session_factory if reading else state.session_factory)()
     try:
         yield session

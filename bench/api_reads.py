@@ -42,12 +42,11 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests" / "faults")]
 
 import httpx  # noqa: E402
 from live_stack import (  # noqa: E402
+    LiveServer,
     create_api_key,
-    free_port,
     postgres_database,
     redis_database,
     service_env,
-    stop_process,
     wait_until,
 )
 
@@ -87,16 +86,10 @@ def listening_sockets(port: int) -> int:
     return count
 
 
-class ProductionServer:
+class ProductionServer(LiveServer):
     """``recycle serve --production --workers N`` (the container's command) in its own process group."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, workers: int) -> None:
-        self.env, self.log_path, self.workers = env, log_path, workers
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ProductionServer:
+    def start(self, timeout: float = 120) -> ProductionServer:
         argv = [sys.executable, "-c", "from app.cli import main; main()", "serve", "--production",
                 "--port", str(self.port), "--workers", str(self.workers)]
         with self.log_path.open("ab") as log:
@@ -106,20 +99,12 @@ class ProductionServer:
         def ready() -> bool:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log_path.read_text()[-4000:]}")
-            return self.listening_sockets() >= self.workers
+                raise RuntimeError(f"server exited:\n{self.logs(4000)}")
+            return listening_sockets(self.port) >= self.workers
 
-        wait_until(ready, 120, "every API process to listen", interval=0.5)
+        wait_until(ready, timeout, "every API process to listen", interval=0.5)
         wait_until(lambda: httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200, 30, "/healthz")
         return self
-
-    def listening_sockets(self) -> int:
-        return listening_sockets(self.port)
-
-
-    def stop(self) -> None:
-        if self.process is not None:
-            stop_process(self.process)
 
 
 # ----------------------------------------------------------------------------- the generator
@@ -356,7 +341,8 @@ def profile_workers(server: ProductionServer, paths: list[str], key: str, client
             if not stack:
                 continue
             leaf = stack.split(";")[-1]
-            by_category[_category(leaf)] = by_category.get(_category(leaf), 0) + int(count)
+            kind = _category(leaf)
+            by_category[kind] = by_category.get(kind, 0) + int(count)
             leaves[leaf] = leaves.get(leaf, 0) + int(count)
     total = sum(by_category.values()) or 1
     return {

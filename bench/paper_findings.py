@@ -387,23 +387,21 @@ class PaperBench:
         self.lineage["reports"] = {"M0→M1": first.model_dump(mode="json")}
         self.log(f"M1 made: relative change {first.metrics.weight_distance.relative_l2:.3f}, {first.cost.wall_seconds:.0f} s")
         self.register_version(2, lineage_dir / "m1", 1, {"stage": "M1", "continual_pretraining": "sotu"})
-        if not self.needs_m2:
-            if self.on_upgrades_done is not None:
-                self.on_upgrades_done()
-            return
-        second = upgrade(lineage_dir / "m1", "spdx", self.data, lineage_dir / "m2", p.upgrade, device=self.device, first_hop=False)
-        self.lineage["hops"]["M1→M2"] = hop_summary(second, "spdx", self.data)
-        self.lineage["reports"]["M1→M2"] = second.model_dump(mode="json")
-        self.lineage["hops"]["M0→M2"] = two_hop_summary(self.lineage["hops"]["M0→M1"], self.lineage["hops"]["M1→M2"])
-        self.log(f"M2 made: relative change {second.metrics.weight_distance.relative_l2:.3f}, {second.cost.wall_seconds:.0f} s")
-        self.register_version(3, lineage_dir / "m2", 2, {"stage": "M2", "continual_pretraining": "spdx"})
+        if self.needs_m2:
+            second = upgrade(lineage_dir / "m1", "spdx", self.data, lineage_dir / "m2", p.upgrade, device=self.device, first_hop=False)
+            self.lineage["hops"]["M1→M2"] = hop_summary(second, "spdx", self.data)
+            self.lineage["reports"]["M1→M2"] = second.model_dump(mode="json")
+            self.lineage["hops"]["M0→M2"] = two_hop_summary(self.lineage["hops"]["M0→M1"], self.lineage["hops"]["M1→M2"])
+            self.log(f"M2 made: relative change {second.metrics.weight_distance.relative_l2:.3f}, {second.cost.wall_seconds:.0f} s")
+            self.register_version(3, lineage_dir / "m2", 2, {"stage": "M2", "continual_pretraining": "spdx"})
         if self.on_upgrades_done is not None:
             self.on_upgrades_done()
 
     def run(self, tasks: list[str], seeds: list[int], hops: list[str], full_ft: bool, lora: bool = True) -> None:
         self.selected_tasks = tasks
         self.selected_hops = hops
-        hops_in_use = (hops if lora else []) + ([self.profile.full_ft_hop] if full_ft and self.profile.full_ft_task in tasks else [])
+        full_ft = full_ft and self.profile.full_ft_task in tasks
+        hops_in_use = (hops if lora else []) + ([self.profile.full_ft_hop] if full_ft else [])
         self.needs_m2 = any(HOP_VERSIONS[hop][1] == 3 for hop in hops_in_use)
         self.setup()
         upgrade_thread = self.threads.spawn("upgrades", self.upgrades)
@@ -411,7 +409,7 @@ class PaperBench:
             if lora:
                 for task in tasks:
                     self.threads.spawn(f"{task}-lora-{seed}", self.chain, task, seed, "lora")
-            if full_ft and self.profile.full_ft_task in tasks:
+            if full_ft:
                 self.threads.spawn(f"{self.profile.full_ft_task}-full-{seed}", self.chain, self.profile.full_ft_task, seed, "full")
         upgrade_thread.join()
         if not self.version_ready[3].is_set():

@@ -320,8 +320,7 @@ class BatchedLoraTrainer:
             self.members[slot].teacher is not None and self.members[slot].config.hidden_mse_weight > 0 for slot in slots
         )
         self.model.route(sizes=sizes)
-        losses = [0.0] * len(self.runs)
-        tokens = [0] * len(self.runs)
+        detached: dict[int, torch.Tensor] = {}
         with autocast_context(self.device):
             outputs = self.forward_model(
                 input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=want_hidden
@@ -340,10 +339,13 @@ class BatchedLoraTrainer:
                 loss = self._member_loss(member, batch, logits, hidden, indices[slot])
                 loss = loss * step_scale
                 total = loss if total is None else total + loss
-                losses[slot] = float(loss.detach())
-                tokens[slot] = batch.tokens
+                detached[slot] = loss.detach()
         if total is not None:
             total.backward()
+        # Read back only after backward is queued: a host read in the loop above would make the
+        # CPU wait for the whole forward pass before it could launch any backward kernel.
+        losses = [float(detached[slot]) if slot in detached else 0.0 for slot in range(len(self.runs))]
+        tokens = [batches[slot].tokens if slot in batches else 0 for slot in range(len(self.runs))]
         return losses, tokens
 
     def _member_loss(self, member: TrainingMember, batch: Batch, logits, hidden, indices: list[int]) -> torch.Tensor:

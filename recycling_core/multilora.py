@@ -83,7 +83,6 @@ class MultiLoraLinear(nn.Module):
         self.lora_A = nn.Parameter(torch.zeros(slots, rank, base.in_features, device=device))
         self.lora_B = nn.Parameter(torch.zeros(slots, base.out_features, rank, device=device))
         self.register_buffer("scaling", torch.tensor(list(scalings), dtype=torch.float32, device=device))
-        self.ranks = tuple(ranks)
         self.dropout = dropout
 
     def _dropped(self, x: torch.Tensor) -> torch.Tensor:
@@ -133,15 +132,13 @@ class SlotModules(nn.Module):
 
 @dataclass(frozen=True)
 class _LoraSite:
-    path: str
     rank: int
     scaling: float
     dropout: float
 
 
-def _relative_path(peft_model: PeftModel, name: str) -> str:
-    prefix = "base_model.model."
-    return name.removeprefix(prefix)
+def _relative_path(name: str) -> str:
+    return name.removeprefix("base_model.model.")
 
 
 def _lora_sites(peft_model: PeftModel) -> dict[str, _LoraSite]:
@@ -149,8 +146,7 @@ def _lora_sites(peft_model: PeftModel) -> dict[str, _LoraSite]:
     for name, module in peft_model.named_modules():
         if isinstance(module, LoraLayer) and ADAPTER_NAME in module.lora_A:
             dropout = module.lora_dropout[ADAPTER_NAME]
-            sites[_relative_path(peft_model, name)] = _LoraSite(
-                path=_relative_path(peft_model, name),
+            sites[_relative_path(name)] = _LoraSite(
                 rank=int(module.r[ADAPTER_NAME]),
                 scaling=float(module.scaling[ADAPTER_NAME]),
                 dropout=float(getattr(dropout, "p", 0.0)),
@@ -160,7 +156,7 @@ def _lora_sites(peft_model: PeftModel) -> dict[str, _LoraSite]:
 
 def _head_paths(peft_model: PeftModel) -> list[str]:
     return [
-        _relative_path(peft_model, name)
+        _relative_path(name)
         for name, module in peft_model.named_modules()
         if isinstance(module, ModulesToSaveWrapper)
     ]
@@ -267,6 +263,9 @@ class MultiLoraModel(nn.Module):
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         self.model = model
+        # The modules stay the same objects from here on (.to() and torch.compile keep them).
+        self._lora_layers: list[MultiLoraLinear] = [model.get_submodule(p) for p in self.site_paths]  # type: ignore[misc]
+        self._slot_heads: list[SlotModules] = [model.get_submodule(p) for p in self.head_paths]  # type: ignore[misc]
         for layer in self.lora_layers():
             layer.lora_A.requires_grad_(True)
             layer.lora_B.requires_grad_(True)
@@ -280,10 +279,10 @@ class MultiLoraModel(nn.Module):
 
     # ------------------------------------------------------------------ structure
     def lora_layers(self) -> list[MultiLoraLinear]:
-        return [self.model.get_submodule(path) for path in self.site_paths]  # type: ignore[misc]
+        return self._lora_layers
 
     def slot_heads(self) -> list[SlotModules]:
-        return [self.model.get_submodule(path) for path in self.head_paths]  # type: ignore[misc]
+        return self._slot_heads
 
     @property
     def slots(self) -> int:

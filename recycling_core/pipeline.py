@@ -464,7 +464,8 @@ def _prepare_recycle(request: RecycleRequest, hooks: RunHooks, workspace: _Works
             adapted = new_adapter(fresh_base, adapter_options_like(adapter), _label2id(task), seed=config.seed)
         task_format = compat.task_format
         teacher = frozen_teacher(compat.old_model, task_format, device) if method.distills else None
-        compat.old_model.model.to("cpu")
+        if teacher is None or compat.old_model.peft_type != "PROMPT_TUNING":
+            compat.old_model.model.to("cpu")  # a prompt-tuning teacher is the old model itself
         member = TrainingMember(
             student=adapted,
             task_format=task_format,

@@ -27,17 +27,18 @@ _bearer = HTTPBearer(auto_error=False, description="API key as a bearer token")
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key")
 
 
-async def get_key_cache(request: Request) -> VerifiedKeyCache | None:
-    return getattr(request.app.state, "key_cache", None)
+async def get_key_cache(request: Request) -> VerifiedKeyCache:
+    cache: VerifiedKeyCache = request.app.state.key_cache
+    return cache
 
 
-KeyCacheDep = Annotated[VerifiedKeyCache | None, Depends(get_key_cache)]
+KeyCacheDep = Annotated[VerifiedKeyCache, Depends(get_key_cache)]
 
 
 def principal_from_credentials(
     session: Session,
     settings: Settings,
-    cache: VerifiedKeyCache | None,
+    cache: VerifiedKeyCache,
     bearer: HTTPAuthorizationCredentials | None,
     api_key: str | None,
 ) -> Principal:
@@ -60,7 +61,7 @@ async def current_principal(
     """The caller: a key verified in the last few seconds is answered on the event loop; anything
     else is looked up on a worker thread."""
     secret = bearer.credentials if bearer is not None else api_key
-    if settings.auth_required and secret and cache is not None:
+    if settings.auth_required and secret:
         known = cache.get(hash_secret(secret))
         if known is not None:
             return known

@@ -100,26 +100,25 @@ def main(argv: list[str] | None = None) -> int:
             record("warm", lambda: workers.warm(Path(root), args.quick, device.type))
     if "gpus" in args.only:
         record("gpus", lambda: workers.two_gpu_campaign("bert-base", 16, 4 if args.quick else args.campaign_steps, args.quick))
+    def table_saved(value: dict, filename: str) -> dict:
+        """The profiler's table goes to its own file, the rest into perf.json."""
+        (args.out / filename).write_text(value.pop("table"))
+        return value
+
     if "profile" in args.only:
-        def profile():
-            value = runs.profile_job(setups["tinyllama-1.1b"], device)
-            (args.out / "profile.txt").write_text(value.pop("table"))
-            return value
-        record("profile/tinyllama-1.1b", profile)
+        record("profile/tinyllama-1.1b",
+               lambda: table_saved(runs.profile_job(setups["tinyllama-1.1b"], device), "profile.txt"))
     if "profile-limits" in args.only:
-        def limits(name, function):
-            value = function()
-            (args.out / f"profile-{name}.txt").write_text(value.pop("table"))
-            return value
         record("profile/batched-smollm2-135m",
-               lambda: limits("batched-smollm2", lambda: runs.profile_batched(setups["smollm2-135m"], device)))
-        record("profile/sweep-bert-base", lambda: limits("sweep-bert", lambda: runs.profile_sweep(setups["bert-base"], device)))
+               lambda: table_saved(runs.profile_batched(setups["smollm2-135m"], device), "profile-batched-smollm2.txt"))
+        record("profile/sweep-bert-base",
+               lambda: table_saved(runs.profile_sweep(setups["bert-base"], device), "profile-sweep-bert.txt"))
     if "profile-batching" in args.only:
         for name in batching_setups:
             def batching_profile(name=name):
                 value = runs.profile_batching(setups[name], device)
-                (args.out / f"profile-batching-{name}-single.txt").write_text(value["single"].pop("table"))
-                (args.out / f"profile-batching-{name}-batched.txt").write_text(value["batched"].pop("table"))
+                table_saved(value["single"], f"profile-batching-{name}-single.txt")
+                table_saved(value["batched"], f"profile-batching-{name}-batched.txt")
                 return value
             record(f"profile-batching/{name}", batching_profile)
     failed = [part for part, value in results["parts"].items() if isinstance(value, dict) and "error" in value]

@@ -11,6 +11,7 @@ import copy
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from peft import LoraConfig, TaskType, get_peft_model
@@ -145,7 +146,7 @@ def ours_job(setup: Setup, device: torch.device, steps: int, seed: int = 0, comp
     clock = StepClock(device)
     model = build_model(setup, MODEL_SEED, device)
     job = member(setup, model, seed, steps, device.type, copy_base=False, hooks=RunHooks(progress=clock))
-    job = _with_lr(job, 1e-3)
+    job.config = replace(job.config, learning_rate=1e-3)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     result = BatchedLoraTrainer([job], compile_model=compile_model).run()[0]
@@ -154,13 +155,6 @@ def ours_job(setup: Setup, device: torch.device, steps: int, seed: int = 0, comp
     del job, model
     free_memory()
     return {"losses": losses, "stamps": clock.stamps, "peak_memory_bytes": peak}
-
-
-def _with_lr(job, learning_rate: float):
-    from dataclasses import replace
-
-    job.config = replace(job.config, learning_rate=learning_rate)
-    return job
 
 
 def one_job(setup: Setup, device: torch.device, matmul_tflops: float | None) -> dict:
@@ -287,11 +281,8 @@ def campaign_batching(setup: Setup, device: torch.device, adapters: int = 8, com
     for seed in range(adapters):
         clock = StepClock(device)
         job = member(setup, base, seed, steps, device.type, hooks=RunHooks(progress=clock, compile_model=compile_model))
-        sync(device)
-        started = time.perf_counter()
-        result = train_members([job])[0]
-        sync(device)
-        sequential_seconds += time.perf_counter() - started
+        seconds, (result,) = _timed(device, lambda job=job: train_members([job]))
+        sequential_seconds += seconds
         sequential_step_seconds += window_rate(clock.stamps, first, last, 1)["step_seconds"]
         sequential_curves.append([loss for _, loss in result.curve.train_loss])
         del job
@@ -304,11 +295,7 @@ def campaign_batching(setup: Setup, device: torch.device, adapters: int = 8, com
     ]  # fmt: skip
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sync(device)
-    started = time.perf_counter()
-    results = train_members(jobs)
-    sync(device)
-    batched_seconds = time.perf_counter() - started
+    batched_seconds, results = _timed(device, lambda: train_members(jobs))
     batched_step_seconds = window_rate(clock.stamps, first, last, 1)["step_seconds"]
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
     batched_curves = [[loss for _, loss in r.curve.train_loss] for r in results]
@@ -345,6 +332,15 @@ def _timed(device: torch.device, function: Callable[[], object]) -> tuple[float,
     return time.perf_counter() - started, value
 
 
+def _adapter_sweep(model_a, model_b, grid, formatter, features, device: torch.device, batch_size: int = 64):
+    """Every point of an adapter-mode sweep as a slot of one multi-LoRA model, one evaluation."""
+    batched = interpolation_model(model_a, model_b, grid)
+    if device.type == "cuda":
+        batched.cast_frozen_linears(torch.bfloat16)
+    batched.to(device)
+    return evaluate_slots(batched, formatter, features, split="dev", batch_size=batch_size, device=device)
+
+
 def interpolation(setup: Setup, device: torch.device, points: int = 11, examples: int = 512) -> dict:
     """An adapter-mode sweep in one batched pass versus one evaluation pass; model mode in memory."""
     formatter = task_format(setup)
@@ -370,11 +366,7 @@ def interpolation(setup: Setup, device: torch.device, points: int = 11, examples
         return evaluate(merged, formatter, features, split="dev", batch_size=evaluate_batch, device=device)
 
     def sweep():
-        batched = interpolation_model(end_a.model, end_b.model, grid)
-        if device.type == "cuda":
-            batched.cast_frozen_linears(torch.bfloat16)
-        batched.to(device)
-        return evaluate_slots(batched, formatter, features, split="dev", batch_size=evaluate_batch, device=device)
+        return _adapter_sweep(end_a.model, end_b.model, grid, formatter, features, device, evaluate_batch)
 
     for function in (one_pass_peft, one_pass_merged, sweep):
         function()  # warm-up
@@ -440,7 +432,8 @@ def profiled(device: torch.device, work: Callable[[], object]) -> dict:
         if device.type != "cuda":
             self_time = event.self_cpu_time_total
         if self_time:
-            kernels[_category(event.key)] = kernels.get(_category(event.key), 0.0) + self_time / 1e6
+            kind = _category(event.key)
+            kernels[kind] = kernels.get(kind, 0.0) + self_time / 1e6
     return {"kernel_seconds_by_kind": kernels, "table": table}
 
 
@@ -509,11 +502,7 @@ def profile_sweep(setup: Setup, device: torch.device, points: int = 11, examples
     grid = alpha_grid(points)
 
     def sweep():
-        batched = interpolation_model(end_a.model, end_b.model, grid)
-        if device.type == "cuda":
-            batched.cast_frozen_linears(torch.bfloat16)
-        batched.to(device)
-        evaluate_slots(batched, formatter, features, split="dev", batch_size=64, device=device)
+        return _adapter_sweep(end_a.model, end_b.model, grid, formatter, features, device)
 
     sweep()  # warm-up
     result = {"setup": setup.name, "points": points, **profiled(device, sweep)}

@@ -9,7 +9,7 @@ same seed, must produce the same loss curve. ``--quick`` swaps in tiny configs f
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,7 +39,6 @@ class Setup:
     targets: tuple[str, ...]
     steps: int = 30
     warmup_steps: int = 5
-    notes: tuple[str, ...] = field(default=())
 
     def model_config(self):
         if self.kind == "encoder":
